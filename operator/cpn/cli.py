@@ -1,0 +1,40 @@
+"""The ``cpn`` command: one entry point, one sub-command per tool.
+
+Each sub-command lives in its own module and registers itself here by name;
+the module is imported only when its sub-command runs, so ``cpn simulate``
+never imports kopf and ``cpn run`` never imports matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: sub-command -> (module with ``main(argv) -> int``, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
+    "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),
+    "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: cpn COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``cpn COMMAND ...`` to the command's module."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"cpn: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    result: int = module.main(rest)
+    return result

@@ -1,0 +1,150 @@
+"""The admins' queueing policy as frozen values.
+
+Parsed from the policy YAML document (the ConfigMap's ``policy.yaml`` key, and
+the simulator's ``--policy FILE.yaml``) by :func:`cpn.api.policy.parse_policy`.
+Every field has a default, so an empty document is a valid policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+_NO_LIMITS: Mapping[str, float] = MappingProxyType({})
+
+#: The default priority formula of the ``cpn`` ordering. Higher scores go first.
+#: Shortest predicted GPU-time first, with aging: one hour of waiting is worth
+#: ``aging.rate`` hours less predicted runtime, so no job waits forever.
+DEFAULT_FORMULA = "1000 * priority + aging * wait_s - runtime_s"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Level:
+    """One level of the multi-level queue and which jobs it takes.
+
+    Levels are tried in the order listed: the first whose rules all match a job
+    takes it (an empty rule matches anything). Jobs of an earlier level always
+    go before jobs of a later one.
+    """
+
+    name: str
+    groups: frozenset[str] = frozenset()
+    users: frozenset[str] = frozenset()
+    queues: frozenset[str] = frozenset()
+    min_priority: int | None = None
+    max_gpus: float | None = None
+    min_gpus: float | None = None
+    formula: str | None = None  # overrides the policy's formula in this level
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limit:
+    """A quota: GPUs in total and/or per GPU type (None = unlimited)."""
+
+    gpus: float | None = None
+    per_type: Mapping[str, float] = _NO_LIMITS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupQuota:
+    """A group's quota, and its users' quotas inside it (the group's is the ceiling)."""
+
+    limit: Limit = field(default_factory=Limit)
+    users: Mapping[str, Limit] = MappingProxyType({})
+    default_user: Limit | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quotas:
+    """Hierarchical quotas. With ``lending``, a group may exceed its quota while
+    GPUs would otherwise idle, but never takes room a job within quota could use
+    in the same cycle."""
+
+    groups: Mapping[str, GroupQuota] = MappingProxyType({})
+    lending: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Aging:
+    """Aging: ``rate`` is what one second of waiting is worth in the formula's
+    ``aging`` term; ``max_wait_s`` is the wait after which a job gets a
+    reservation whatever its size (the starvation guard)."""
+
+    rate: float = 4.0
+    max_wait_s: float | None = 6 * 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reservation:
+    """Reservations for big jobs, with backfill around them.
+
+    A blocked job asking at least ``min_gpus`` GPUs, or waiting longer than
+    ``aging.max_wait_s``, gets a reservation at the earliest time and place it
+    fits (from running jobs' predicted ends). Other jobs start only where they
+    do not delay it (backfill), or not at all when ``backfill`` is off.
+    """
+
+    enabled: bool = True
+    min_gpus: float = 16.0
+    max_reservations: int = 2
+    backfill: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """How the head of the queue is placed.
+
+    ``method`` is ``milp`` (PuLP + HiGHS, greedy fallback) or ``greedy``. The
+    objective weights the three parts of completion time. ``window`` bounds how
+    many jobs the MILP sees; ``affinity`` pins member Jobs to the chosen node
+    (``node``) or only to its GPU type (``gpu-type``).
+    """
+
+    method: str = "milp"
+    wait_weight: float = 1.0
+    transfer_weight: float = 1.0
+    runtime_weight: float = 1.0
+    time_limit_s: float = 2.0
+    window: int = 48
+    affinity: str = "node"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemption:
+    """Optional preemption of lower-priority running jobs."""
+
+    enabled: bool = False
+    min_priority_gap: int = 1
+    restart_cost_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """Failed attempts are retried with exponential backoff up to ``max_attempts``."""
+
+    max_attempts: int = 3
+    backoff_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuePolicy:
+    """The whole policy. ``ordering`` names a registered ordering (see
+    :mod:`cpn.core.queue`): ``cpn`` (the formula), ``fifo``, ``sjf``,
+    ``oracle``, ``las`` or ``gavel``."""
+
+    name: str = "default"
+    version: str = ""  # ConfigMap resourceVersion or file hash, for traceability
+    ordering: str = "cpn"
+    formula: str = DEFAULT_FORMULA
+    levels: tuple[Level, ...] = ()
+    user_levels: Mapping[str, float] = _NO_LIMITS
+    group_levels: Mapping[str, float] = _NO_LIMITS
+    aging: Aging = field(default_factory=Aging)
+    quotas: Quotas = field(default_factory=Quotas)
+    reservation: Reservation = field(default_factory=Reservation)
+    node_cpu_ceiling: float | None = 0.7
+    placement: Placement = field(default_factory=Placement)
+    preemption: Preemption = field(default_factory=Preemption)
+    retry: Retry = field(default_factory=Retry)
+    namespaces: Mapping[str, tuple[str, str]] = MappingProxyType({})  # ns -> (user, group)

@@ -1,0 +1,1 @@
+"""Runtime predictor: how long a job runs on each GPU type."""

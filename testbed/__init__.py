@@ -1,0 +1,1 @@
+"""Local test bed: real Kubernetes control planes with simulated GPU nodes."""
