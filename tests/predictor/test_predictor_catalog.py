@@ -1,0 +1,290 @@
+"""The GPU and model catalogs, their aliases, the benchmark table and throughput ratios."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from predictor import catalog
+from predictor.catalog import (
+    BenchmarkError,
+    BenchmarkTable,
+    UnknownName,
+    canonical_gpu,
+    canonical_model,
+    expand_gpu_types,
+    gpu_key,
+    gpu_spec,
+    model_key,
+    model_spec,
+    throughput_ratio,
+)
+
+GAVEL_SRC = Path("/work/shared/data/gavel/gavel_isolated_throughputs.csv")
+
+
+def test_every_alias_resolves_to_its_own_gpu_type():
+    """Each GPU alias and canonical name resolves to the entry that lists it."""
+    for name in catalog.gpu_types():
+        spec = gpu_spec(name)
+        assert canonical_gpu(name) == name
+        for alias in spec.aliases:
+            assert canonical_gpu(alias) == name, alias
+            assert canonical_gpu(alias.upper()) == name
+            assert canonical_gpu(alias.lower()) == name
+
+
+def test_every_alias_resolves_to_its_own_model():
+    """Each model alias and canonical name resolves to the entry that lists it."""
+    for name in catalog.model_names():
+        spec = model_spec(name)
+        assert canonical_model(name) == name
+        for alias in spec.aliases:
+            assert canonical_model(alias) == name, alias
+            assert canonical_model(alias.upper()) == name
+
+
+def test_no_alias_maps_to_two_types():
+    """No normalised key is claimed by two GPU types or two models."""
+    seen: dict[str, str] = {}
+    for name in catalog.gpu_types():
+        for alias in (name, *gpu_spec(name).aliases):
+            assert seen.setdefault(gpu_key(alias), name) == name, alias
+    seen = {}
+    for name in catalog.model_names():
+        for alias in (name, *model_spec(name).aliases):
+            assert seen.setdefault(model_key(alias), name) == name, alias
+
+
+def test_duplicate_alias_is_rejected():
+    """Building an index where one alias names two entries fails loudly."""
+    with pytest.raises(ValueError, match="both"):
+        catalog._index("GPU", [("A", ["x-1"]), ("B", ["X1"])], gpu_key)
+
+
+def test_gpu_specs_are_plausible():
+    """Every GPU has positive figures and tensor FP16 at least its FP32."""
+    for name in catalog.gpu_types():
+        spec = gpu_spec(name)
+        assert spec.fp32_tflops > 0 and spec.bandwidth_gbs > 0 and spec.memory_gib > 0
+        assert spec.fp16_tflops >= spec.fp32_tflops
+        assert name == name.upper()
+
+
+def test_required_gpu_types_are_present():
+    """The catalog covers the types the issue lists."""
+    required = {
+        "K80", "P100", "V100-16GB", "V100-32GB", "T4", "A10", "RTX2080TI", "RTX6000",
+        "A100-40GB", "A100-80GB", "A800-80GB", "H100-80GB", "H800-80GB", "L40S", "L4",
+        "A30", "A40", "RTX3090", "RTX4090",
+    }  # fmt: skip
+    assert required <= set(catalog.gpu_types())
+
+
+@pytest.mark.parametrize(
+    ("alias", "expected"),
+    [
+        ("NVIDIA-A100-SXM4-80GB", "A100-80GB"),
+        ("Tesla-V100-SXM2-32GB", "V100-32GB"),
+        ("NVIDIA-A100-PCIE-40GB", "A100-40GB"),
+        ("Tesla-K80", "K80"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("Tesla V100-SXM2-16GB", "V100-16GB"),
+        ("a100-80gb", "A100-80GB"),
+        ("v100", "V100-16GB"),
+        ("V100", "V100-16GB"),
+        ("A100", "A100-40GB"),
+        ("2080ti", "RTX2080TI"),
+        ("k80", "K80"),
+        ("Quadro RTX 6000", "RTX6000"),
+        ("NVIDIA-H100-80GB-HBM3", "H100-80GB"),
+        ("NVIDIA-A100-SXM4-80GB-SHARED", "A100-80GB"),
+    ],
+)
+def test_gpu_alias_examples(alias, expected):
+    """GFD labels, nvidia-smi names and short forms resolve case-insensitively."""
+    assert canonical_gpu(alias) == expected
+
+
+@pytest.mark.parametrize(
+    ("alias", "expected"),
+    [
+        ("ResNet-50", "resnet50"),
+        ("resnet50", "resnet50"),
+        ("resnet-50", "resnet50"),
+        ("bert-base-uncased", "bert-base"),
+        ("ResNet-18", "resnet18"),
+        ("LM", "lstm-lm"),
+        ("LM (batch size 20)", "lstm-lm"),
+        ("Recommendation", "recommendation"),
+        ("A3C", "a3c"),
+        ("CycleGAN", "cyclegan"),
+        ("Transformer", "transformer"),
+        ("inception4", "inception-v4"),
+        ("inception3", "inception-v3"),
+        ("vgg19", "vgg19"),
+        ("Meta-Llama-3-8B", "llama3-8b"),
+    ],
+)
+def test_model_alias_examples(alias, expected):
+    """Gavel's, Tiresias' and everyday model spellings resolve."""
+    assert canonical_model(alias) == expected
+
+
+def test_tiresias_models_resolve():
+    """Every model name in Tiresias' 60-job trace is in the catalog."""
+    for name in ("alexnet", "googlenet", "inception3", "inception4", "resnet101"):
+        canonical_model(name)
+    for name in ("resnet152", "resnet50", "vgg11", "vgg16", "vgg19"):
+        canonical_model(name)
+
+
+def test_unknown_names_raise_naming_the_input():
+    """An unknown GPU or model raises UnknownName (a ValueError) quoting the input."""
+    with pytest.raises(UnknownName, match="MI300X"):
+        canonical_gpu("MI300X")
+    with pytest.raises(ValueError, match="my-secret-net"):
+        canonical_model("my-secret-net")
+    with pytest.raises(UnknownName):
+        expand_gpu_types("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+
+
+def test_expand_family_gives_every_variant():
+    """A family name expands to all its variants; a variant to itself."""
+    assert expand_gpu_types("V100") >= {"V100-16GB", "V100-32GB"}
+    assert expand_gpu_types("a100") == frozenset({"A100-40GB", "A100-80GB"})
+    assert expand_gpu_types("NVIDIA A100") == frozenset({"A100-40GB", "A100-80GB"})
+    assert expand_gpu_types("A100-80GB") == frozenset({"A100-80GB"})
+    assert expand_gpu_types("t4") == frozenset({"T4"})
+
+
+def test_every_default_benchmark_row_resolves():
+    """The shipped table has rows and each names catalog entries."""
+    table = BenchmarkTable.default()
+    assert len(table.rows) > 200
+    for row in table.rows:
+        assert canonical_model(row.model) == row.model
+        assert canonical_gpu(row.gpu_type) == row.gpu_type
+        assert row.samples_per_s > 0 and row.batch_size >= 1 and row.gpus >= 1
+    assert not table.extra_models and not table.extra_gpus
+
+
+@pytest.mark.skipif(not GAVEL_SRC.exists(), reason="shared Gavel data not present")
+def test_shipped_table_is_the_gavel_conversion():
+    """benchmarks.csv equals predictor.gavel's conversion of the shared source."""
+    from predictor.gavel import convert
+
+    rows = convert(GAVEL_SRC.read_text(encoding="utf-8").splitlines())
+    table = BenchmarkTable.default()
+    assert len(rows) == len(table.rows)
+    for ours, row in zip(rows, table.rows, strict=True):
+        assert (ours[0], ours[1], ours[2], ours[4]) == (
+            row.model,
+            row.gpu_type,
+            row.batch_size,
+            row.gpus,
+        )
+        assert math.isclose(ours[3], row.samples_per_s)
+
+
+def test_gavel_steps_become_samples():
+    """A Gavel row's steps/s times its batch size is the table's samples/s."""
+    table = BenchmarkTable.default()
+    # Gavel: ResNet-50 batch 64 on one V100 runs 4.394775 steps/s
+    assert table.samples_per_s("ResNet-50", "v100", 64) == pytest.approx(4.394775 * 64)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bench.csv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_load_rejects_unknown_model_naming_the_row(tmp_path):
+    """An unknown model without features is an error with file and line."""
+    path = _write(
+        tmp_path,
+        "model,gpu_type,batch_size,samples_per_s\nresnet50,A100,64,900\nmystery,A100,8,10\n",
+    )
+    with pytest.raises(BenchmarkError, match=r"line 3.*mystery"):
+        BenchmarkTable.load(path)
+
+
+def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):
+    """An unknown GPU type without specs is an error with file and line."""
+    path = _write(
+        tmp_path, "# comment\nmodel,gpu_type,batch_size,samples_per_s\nvgg16,MI300X,8,10\n"
+    )
+    with pytest.raises(BenchmarkError, match=r"line 3.*MI300X"):
+        BenchmarkTable.load(path)
+
+
+def test_load_rejects_bad_numbers(tmp_path):
+    """A non-positive throughput or batch is an error naming the row."""
+    bad = "model,gpu_type,batch_size,samples_per_s\nvgg16,T4,8,-1\n"
+    with pytest.raises(BenchmarkError, match="line 2"):
+        BenchmarkTable.load(_write(tmp_path, bad))
+    with pytest.raises(BenchmarkError, match="missing column"):
+        BenchmarkTable.load(_write(tmp_path, "model,gpu_type\nvgg16,T4\n"))
+
+
+def test_stand_alone_rows_are_accepted(tmp_path):
+    """Rows that carry their own model and GPU features load and resolve."""
+    path = _write(
+        tmp_path,
+        "model,gpu_type,batch_size,samples_per_s,params_m,forward_gmacs,"
+        "fp32_tflops,bandwidth_gbs,memory_gib\n"
+        "mynet,MI300X,32,500,10,2,163,5300,192\n",
+    )
+    table = BenchmarkTable.load(path)
+    assert table.samples_per_s("mynet", "mi300x", 32) == 500
+    assert table.model_spec("mynet").forward_gmacs == 2
+    assert table.gpu_spec("MI300X").bandwidth_gbs == 5300
+
+
+def test_samples_per_s_lookup_rules():
+    """Batch sizes interpolate in log space within range, clamp outside; GPUs scale."""
+    table = BenchmarkTable.parse(
+        [
+            "model,gpu_type,batch_size,samples_per_s,gpus",
+            "vgg16,T4,16,100,1",
+            "vgg16,T4,64,400,1",
+            "vgg16,T4,16,350,4",
+        ]
+    )
+    assert table.samples_per_s("vgg16", "T4", 32) == pytest.approx(200)
+    assert table.samples_per_s("vgg16", "T4", 8) == pytest.approx(100)
+    assert table.samples_per_s("vgg16", "T4", 128) == pytest.approx(400)
+    assert table.samples_per_s("vgg16", "T4", 16, gpus=8) == pytest.approx(700)
+    assert table.samples_per_s("vgg16", "T4", 16, gpus=3) == pytest.approx(350 * 3 / 4)
+    assert table.samples_per_s("vgg16", "A10", 16) is None
+    assert table.samples_per_s("nope", "T4", 16) is None
+
+
+def test_throughput_ratio_uses_measurements_when_both_measured():
+    """K80 -> V100 for ResNet-50 is the measured ratio, and ratios invert."""
+    table = BenchmarkTable.default()
+    expected = table.samples_per_s("resnet50", "V100-16GB", 64) / table.samples_per_s(
+        "resnet50", "K80", 64
+    )
+    assert throughput_ratio("ResNet-50", 64, "k80", "v100") == pytest.approx(expected)
+    there = throughput_ratio("lm", 20, "P100", "K80", gpus=4)
+    back = throughput_ratio("lm", 20, "K80", "P100", gpus=4)
+    assert there * back == pytest.approx(1.0)
+    assert throughput_ratio("resnet50", 64, "A100", "NVIDIA-A100-SXM4-40GB") == 1.0
+
+
+def test_throughput_ratio_falls_back_to_catalog():
+    """Unmeasured types use the spec ratio; newer GPUs come out faster."""
+    r = throughput_ratio(None, None, "V100-16GB", "A100-40GB")
+    assert 1.3 < r < 3.0
+    assert throughput_ratio("bert-base", 32, "A100-40GB", "H100-80GB") > 1.5
+    assert throughput_ratio(None, None, "H100-80GB", "T4") < 0.2
+    # an unmeasured destination anchors on the measured type closest to it
+    anchored = throughput_ratio("resnet50", 64, "K80", "V100-32GB")
+    measured = throughput_ratio("resnet50", 64, "K80", "V100-16GB")
+    assert anchored == pytest.approx(
+        measured * throughput_ratio(None, None, "V100-16GB", "V100-32GB")
+    )
