@@ -13,6 +13,13 @@ from types import MappingProxyType
 
 _NO_LIMITS: Mapping[str, float] = MappingProxyType({})
 
+
+def _empty() -> Mapping[str, float]:
+    # A factory, not a shared default: Python 3.11's dataclasses refuse an
+    # unhashable default such as a mappingproxy ("mutable default").
+    return _NO_LIMITS
+
+
 #: The default priority formula of the ``cpn`` ordering. Higher scores go first.
 #: Shortest predicted GPU-time first, with aging: one hour of waiting is worth
 #: ``aging.rate`` hours less predicted runtime, so no job waits forever.
@@ -43,7 +50,7 @@ class Limit:
     """A quota: GPUs in total and/or per GPU type (None = unlimited)."""
 
     gpus: float | None = None
-    per_type: Mapping[str, float] = _NO_LIMITS
+    per_type: Mapping[str, float] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +58,7 @@ class GroupQuota:
     """A group's quota, and its users' quotas inside it (the group's is the ceiling)."""
 
     limit: Limit = field(default_factory=Limit)
-    users: Mapping[str, Limit] = MappingProxyType({})
+    users: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
     default_user: Limit | None = None
 
 
@@ -61,7 +68,7 @@ class Quotas:
     GPUs would otherwise idle, but never takes room a job within quota could use
     in the same cycle."""
 
-    groups: Mapping[str, GroupQuota] = MappingProxyType({})
+    groups: Mapping[str, GroupQuota] = field(default_factory=lambda: MappingProxyType({}))
     lending: bool = False
 
 
@@ -138,8 +145,8 @@ class QueuePolicy:
     ordering: str = "cpn"
     formula: str = DEFAULT_FORMULA
     levels: tuple[Level, ...] = ()
-    user_levels: Mapping[str, float] = _NO_LIMITS
-    group_levels: Mapping[str, float] = _NO_LIMITS
+    user_levels: Mapping[str, float] = field(default_factory=_empty)
+    group_levels: Mapping[str, float] = field(default_factory=_empty)
     aging: Aging = field(default_factory=Aging)
     quotas: Quotas = field(default_factory=Quotas)
     reservation: Reservation = field(default_factory=Reservation)
@@ -147,4 +154,6 @@ class QueuePolicy:
     placement: Placement = field(default_factory=Placement)
     preemption: Preemption = field(default_factory=Preemption)
     retry: Retry = field(default_factory=Retry)
-    namespaces: Mapping[str, tuple[str, str]] = MappingProxyType({})  # ns -> (user, group)
+    namespaces: Mapping[str, tuple[str, str]] = field(  # ns -> (user, group)
+        default_factory=lambda: MappingProxyType({})
+    )
