@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cpn.core.policy import QueuePolicy
 
-_EMPTY: Mapping[str, float] = MappingProxyType({})
-
 
 def frozen_map(values: Mapping[str, float] | None = None) -> Mapping[str, float]:
     """Return a read-only copy of ``values``."""
@@ -53,8 +51,8 @@ class Estimate:
     ``unseen`` flags a model the predictor never saw (conservative estimate).
     """
 
-    runtime_s: Mapping[str, float] = _EMPTY
-    high_s: Mapping[str, float] = _EMPTY
+    runtime_s: Mapping[str, float] = field(default_factory=frozen_map)
+    high_s: Mapping[str, float] = field(default_factory=frozen_map)
     unseen: bool = False
     source: str = ""
 
@@ -90,7 +88,7 @@ class Job:
     queue: str = ""
     priority: int = 0
     model: str = ""
-    features: Mapping[str, float] = _EMPTY
+    features: Mapping[str, float] = field(default_factory=frozen_map)
     data_cluster: str | None = None
     data_gb: float = 0.0
     image_gb: float = 0.0
@@ -169,7 +167,9 @@ class Snapshot:
     pending: tuple[Job, ...] = ()
     running: tuple[Running, ...] = ()
     clusters: tuple[Cluster, ...] = ()
-    bandwidth_gbps: Mapping[str, Mapping[str, float]] = MappingProxyType({})
+    bandwidth_gbps: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def link_gbps(self, src: str, dst: str) -> float | None:
         """Bandwidth between two clusters (symmetric); None when no link."""

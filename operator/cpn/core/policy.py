@@ -10,20 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
-_NO_LIMITS: Mapping[str, float] = MappingProxyType({})
 
-
-def _empty() -> Mapping[str, float]:
-    # A factory, not a shared default: Python 3.11's dataclasses refuse an
-    # unhashable default such as a mappingproxy ("mutable default").
-    return _NO_LIMITS
+def _empty() -> Mapping[Any, Any]:
+    # A factory, not a shared default: dataclasses refuse an unhashable
+    # default such as a mappingproxy ("mutable default").
+    return MappingProxyType({})
 
 
 #: The default priority formula of the ``cpn`` ordering. Higher scores go first.
-#: Shortest predicted GPU-time first, with aging: one hour of waiting is worth
-#: ``aging.rate`` hours less predicted runtime, so no job waits forever.
-DEFAULT_FORMULA = "1000 * priority + aging * wait_s - runtime_s"
+#: Shortest predicted runtime first, with aging: one second of waiting is worth
+#: ``aging.rate`` seconds less predicted runtime, so no job waits forever.
+DEFAULT_FORMULA = "1000000 * priority + aging * wait_s - runtime_s"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

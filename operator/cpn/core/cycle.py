@@ -1,0 +1,495 @@
+"""The scheduling cycle: one pure function from a snapshot to a plan.
+
+:func:`plan_cycle` is the only place cpn decides anything. The live operator
+and the simulator both call it; it performs no I/O, reads no clock (time is
+``snapshot.now_s``) and returns an equal plan for an equal snapshot.
+
+One cycle, in order:
+
+1. Hold suspended jobs, jobs backing off after a failure, and jobs no cluster
+   could ever hold (``Infeasible``, refused with the numbers).
+2. Rank the rest under the policy (levels, formula, aging: :mod:`cpn.core.queue`).
+3. Walk the ranking. Each job is checked against its group's and user's quota,
+   then placed where it completes soonest (transfer + predicted runtime), on
+   nodes not held by a reservation unless it ends before the reservation starts
+   (backfill). A big or long-waiting job that does not fit gets a reservation
+   at the earliest instant and place it will fit as running jobs end.
+4. For the head of the queue (the window), the MILP of
+   :mod:`cpn.core.placement` may revise the greedy choice jointly, when the
+   greedy one is not already optimal.
+5. Optionally preempt lower-ranked running jobs for blocked higher-ranked ones.
+6. Every job that does not start gets a :class:`~cpn.core.model.Hold` with a
+   reason and a message a researcher can read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from cpn.core.capacity import Capacity, GroupKey, worker_gpus
+from cpn.core.model import (
+    CyclePlan,
+    Hold,
+    Job,
+    Preempt,
+    Snapshot,
+    SolveStats,
+    Start,
+    WaitReason,
+)
+from cpn.core.placement import Candidate, Choice, solve_window
+from cpn.core.policy import QueuePolicy
+from cpn.core.queue import Ranked, order_jobs
+from cpn.core.quota import QuotaLedger
+from cpn.core.transfer import transfer_s
+
+#: Orderings under which a job that does not fit blocks every job behind it.
+STRICT_ORDERINGS = frozenset({"fifo"})
+
+#: Waiting for a faster GPU type must save at least this share of completion time.
+DEFER_MARGIN = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """Room held for a blocked job from ``start_s`` on ``nodes`` of ``key``."""
+
+    job_key: str
+    key: GroupKey
+    nodes: frozenset[str]
+    start_s: float
+
+
+def _runtime(job: Job, gpu_type: str) -> float | None:
+    value = job.estimate.on(gpu_type)
+    if value is None and job.user_estimate_s is not None:
+        return job.user_estimate_s
+    return value
+
+
+def _candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candidate]:
+    """Every (cluster, GPU type) the job may use, with its cost parts."""
+    policy = snapshot.policy.placement
+    out = []
+    for key in capacity.groups:
+        cluster, gpu_type = key
+        if not job.allows(gpu_type):
+            continue
+        runtime = _runtime(job, gpu_type)
+        if runtime is None:
+            continue
+        transfer = transfer_s(job, cluster, snapshot)
+        if transfer is None:
+            continue
+        cost = policy.transfer_weight * transfer + policy.runtime_weight * runtime
+        out.append(Candidate(key=key, runtime_s=runtime, transfer_s=transfer, cost=cost))
+    return out
+
+
+def _order_candidates(method: str, cands: list[Candidate], capacity: Capacity) -> list[Candidate]:
+    if method == "first-fit":
+        return sorted(cands, key=lambda c: c.key)
+    if method == "fastest":
+        return sorted(cands, key=lambda c: (c.runtime_s, c.key))
+    return sorted(cands, key=lambda c: (c.cost, c.key))
+
+
+def _infeasible_message(job: Job, snapshot: Snapshot) -> str:
+    biggest = max(
+        (n.gpus for c in snapshot.clusters for n in c.nodes if job.allows(n.gpu_type)),
+        default=0,
+    )
+    types = ", ".join(sorted(job.gpu_types)) if job.gpu_types else "any GPU type"
+    return (
+        f"no cluster can ever hold {job.workers} worker(s) x {worker_gpus(job):g} GPU(s) "
+        f"of {types} (largest matching node has {biggest} GPUs)"
+    )
+
+
+def plan_cycle(snapshot: Snapshot) -> CyclePlan:
+    """Decide what starts, what is preempted and why everything else waits."""
+    return _Cycle(snapshot).run()
+
+
+class _Cycle:
+    """State of one cycle. Private: use :func:`plan_cycle`."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.policy: QueuePolicy = snapshot.policy
+        self.now = snapshot.now_s
+        self.capacity = Capacity.from_snapshot(snapshot)
+        self.quota = QuotaLedger(self.policy, snapshot.running)
+        self.starts: list[Start] = []
+        self.holds: list[Hold] = []
+        self.reserved: list[Reserved] = []
+        self.stats = SolveStats()
+        self.milp_held: set[str] = set()
+
+    # -- 1. eligibility ---------------------------------------------------------------
+    def _eligible(self) -> list[Job]:
+        out = []
+        for job in sorted(self.snapshot.pending, key=lambda j: j.key):
+            if job.suspended:
+                self._hold(job, WaitReason.Suspended, "suspended by its owner (spec.suspend)")
+            elif job.not_before_s > self.now:
+                wait = job.not_before_s - self.now
+                self._hold(
+                    job,
+                    WaitReason.Backoff,
+                    f"attempt {job.attempts} failed; retrying in {wait:.0f}s",
+                )
+            elif not any(
+                job.allows(key[1]) and self.capacity.ever_fits(job, key)
+                for key in self.capacity.groups
+            ):
+                self._hold(job, WaitReason.Infeasible, _infeasible_message(job, self.snapshot))
+            else:
+                out.append(job)
+        return out
+
+    def _hold(
+        self,
+        job: Job,
+        reason: WaitReason,
+        message: str,
+        ranked: Ranked | None = None,
+        position: int = 0,
+        reserved_start_s: float | None = None,
+    ) -> None:
+        self.holds.append(
+            Hold(
+                job_key=job.key,
+                reason=reason,
+                message=message,
+                position=position,
+                score=ranked.score if ranked else 0.0,
+                level=ranked.level_name if ranked else "",
+                reserved_start_s=reserved_start_s,
+            )
+        )
+
+    # -- 3. the greedy walk -------------------------------------------------------------
+    def _excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
+        """Nodes of ``cand`` this job may not use because a reservation holds them."""
+        end = self.now + cand.transfer_s + cand.runtime_s
+        held: set[str] = set()
+        for res in self.reserved:
+            if res.key == cand.key and end > res.start_s:
+                held |= res.nodes
+        return frozenset(held)
+
+    def _try_start(
+        self, item: Ranked, cands: list[Candidate], *, borrowing: bool = False
+    ) -> Start | None:
+        job = item.job
+        for cand in _order_candidates(self.policy.placement.method, cands, self.capacity):
+            if not borrowing and self.quota.exceeds(job, cand.key[1]):
+                continue
+            nodes = self.capacity.fit(job, cand.key, self._excluded(job, cand))
+            if nodes is not None:
+                return self._start(item, cand, nodes)
+        return None
+
+    def _start(self, item: Ranked, cand: Candidate, nodes: tuple[str, ...]) -> Start:
+        until = self.now + cand.transfer_s + cand.runtime_s
+        self.capacity.take(item.job, cand.key, nodes, until_s=until)
+        self.quota.take(item.job, cand.key[1])
+        start = Start(
+            job_key=item.job.key,
+            cluster=cand.key[0],
+            gpu_type=cand.key[1],
+            nodes=nodes,
+            predicted_runtime_s=cand.runtime_s,
+            transfer_s=cand.transfer_s,
+            score=item.score,
+        )
+        self.starts.append(start)
+        return start
+
+    def _defer_for_faster(self, item: Ranked, cands: list[Candidate]) -> Candidate | None:
+        """A candidate worth waiting for: it completes sooner than any that fits now."""
+        method = self.policy.placement.method
+        if method in {"first-fit", "fastest"}:
+            return None
+        job = item.job
+        now_best = math.inf
+        later: list[tuple[float, Candidate]] = []
+        for cand in cands:
+            done = cand.transfer_s + cand.runtime_s
+            if self.capacity.fit(job, cand.key, self._excluded(job, cand)) is not None:
+                now_best = min(now_best, done)
+                continue
+            found = self.capacity.earliest_fit(job, cand.key, self.now)
+            if found is not None:
+                later.append((found[0] - self.now + done, cand))
+        if not later or math.isinf(now_best):
+            return None
+        wait_done, cand = min(later, key=lambda t: (t[0], t[1].key))
+        return cand if wait_done < now_best * (1 - DEFER_MARGIN) else None
+
+    def _reserve(self, item: Ranked, cands: list[Candidate]) -> Reserved | None:
+        res_policy = self.policy.reservation
+        job = item.job
+        if not res_policy.enabled or len(self.reserved) >= res_policy.max_reservations:
+            return None
+        waited = self.now - job.submit_s
+        max_wait = self.policy.aging.max_wait_s
+        if job.gpus < res_policy.min_gpus and (max_wait is None or waited < max_wait):
+            return None
+        best: tuple[float, str, str, Reserved] | None = None
+        for cand in cands:
+            taken = frozenset().union(*(r.nodes for r in self.reserved if r.key == cand.key))
+            found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
+            if found is None:
+                continue
+            when, nodes = found
+            done = when + cand.transfer_s + cand.runtime_s
+            res = Reserved(job_key=job.key, key=cand.key, nodes=frozenset(nodes), start_s=when)
+            if best is None or (done, *cand.key) < best[:3]:
+                best = (done, cand.key[0], cand.key[1], res)
+        if best is None:
+            return None
+        self.reserved.append(best[3])
+        return best[3]
+
+    def run(self) -> CyclePlan:
+        eligible = self._eligible()
+        ranked = order_jobs(eligible, self.snapshot, self.capacity.gpu_types())
+        window = self.policy.placement.window
+        cands = {
+            item.job.key: _candidates(item.job, self.capacity, self.snapshot)
+            for item in ranked[:window]
+        }
+        if self.policy.placement.method == "milp":
+            self._milp_window(ranked[:window], cands)
+        blocked_by: Ranked | None = None
+        lent: list[tuple[int, Ranked]] = []
+        started = {s.job_key for s in self.starts}
+        for position, item in enumerate(ranked, start=1):
+            job = item.job
+            if job.key in started:
+                continue
+            if job.key in self.milp_held and not self.quota.exceeds(job):
+                self._hold(job, *self._why_deferred(item, cands[job.key]), item, position)
+                continue
+            if blocked_by is not None:
+                self._hold(
+                    job,
+                    WaitReason.Priority,
+                    f"behind {blocked_by.job.key} (strict {self.policy.ordering} order)",
+                    item,
+                    position,
+                )
+                continue
+            over = self.quota.exceeds(job)
+            if over:
+                if self.policy.quotas.lending:
+                    lent.append((position, item))
+                else:
+                    self._hold(job, WaitReason.Quota, over, item, position)
+                continue
+            job_cands = cands.get(job.key)
+            if job_cands is None:
+                job_cands = _candidates(job, self.capacity, self.snapshot)
+            started_now = self._place_one(item, job_cands, position)
+            if not started_now and self.policy.ordering in STRICT_ORDERINGS:
+                blocked_by = item
+        for position, item in lent:
+            job_cands = cands.get(item.job.key) or _candidates(
+                item.job, self.capacity, self.snapshot
+            )
+            if self._try_start(item, job_cands, borrowing=True) is None:
+                self._hold(
+                    item.job,
+                    WaitReason.Quota,
+                    self.quota.exceeds(item.job) + "; no idle GPUs to borrow",
+                    item,
+                    position,
+                )
+        preemptions = self._preempt(ranked) if self.policy.preemption.enabled else ()
+        holds = tuple(sorted(self.holds, key=lambda h: (h.position or 1 << 30, h.job_key)))
+        return CyclePlan(
+            starts=tuple(sorted(self.starts, key=lambda s: s.job_key)),
+            preemptions=preemptions,
+            holds=holds,
+            stats=self.stats,
+        )
+
+    def _place_one(self, item: Ranked, cands: list[Candidate], position: int) -> bool:
+        """Start the job or hold it with its reason; True if it started."""
+        job = item.job
+        if not cands:
+            self._hold(
+                job,
+                WaitReason.Infeasible,
+                "no reachable cluster has an allowed GPU type with a runtime estimate",
+                item,
+                position,
+            )
+            return False
+        faster = self._defer_for_faster(item, cands)
+        if faster is not None:
+            self._hold(
+                job,
+                WaitReason.Waiting,
+                f"waiting for {faster.key[1]} on {faster.key[0]}: predicted to finish "
+                f"sooner than starting now elsewhere",
+                item,
+                position,
+            )
+            return False
+        if self._try_start(item, cands) is not None:
+            return True
+        res = self._reserve(item, cands)
+        if res is not None:
+            self._hold(
+                job,
+                WaitReason.Capacity,
+                f"reserved {res.key[1]} on {res.key[0]} from t={res.start_s:.0f}s "
+                f"({res.start_s - self.now:.0f}s from now)",
+                item,
+                position,
+                reserved_start_s=res.start_s,
+            )
+            return False
+        self._hold(job, *self._why_not(item, cands), item, position)
+        return False
+
+    def _why_not(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
+        job = item.job
+        need = f"{job.workers} x {worker_gpus(job):g} GPU(s)"
+        held = any(self.capacity.fit(job, c.key) is not None for c in cands)
+        if held:
+            names = ", ".join(sorted({r.job_key for r in self.reserved}))
+            return WaitReason.Reservation, f"room for {need} is reserved for {names}"
+        unusable = any(
+            not s.usable and s.free_gpus + 1e-9 >= worker_gpus(job)
+            for c in cands
+            for s in self.capacity.groups[c.key]
+        )
+        free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
+        if unusable:
+            return (
+                WaitReason.NodeLoad,
+                f"nodes with room for {need} are not ready or above the CPU ceiling",
+            )
+        ahead = any(s for s in self.starts)
+        reason = WaitReason.Priority if ahead else WaitReason.Capacity
+        return reason, f"needs {need}; at most {free:g} GPUs free in one allowed cluster/type"
+
+    def _why_deferred(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
+        """Reason for a job the MILP chose not to start."""
+        fits = [c for c in cands if self.capacity.fit(item.job, c.key, self._excluded(item.job, c))]
+        if fits:
+            return (
+                WaitReason.Waiting,
+                "placement predicts it finishes sooner by waiting for a faster GPU type "
+                "than by starting now on " + ", ".join(f"{c.key[1]}@{c.key[0]}" for c in fits),
+            )
+        return self._why_not(item, cands)
+
+    # -- 4. the MILP over the window ------------------------------------------------------
+    def _milp_window(self, window: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
+        self.milp_held = set()
+        eligible = [
+            item for item in window if not self.quota.exceeds(item.job) and cands[item.job.key]
+        ]
+        if len(eligible) < 2:
+            return
+        choices: dict[str, list[Choice]] = {}
+        for item in eligible:
+            job = item.job
+            options = []
+            for cand in cands[job.key]:
+                exclude = self._excluded(job, cand)
+                if self.capacity.fit(job, cand.key, exclude) is None:
+                    continue
+                options.append(Choice(candidate=cand, exclude=exclude))
+            choices[job.key] = options
+        if sum(1 for opts in choices.values() if opts) < 2:
+            return
+        defer_cost: dict[str, float] = {}
+        for item in eligible:
+            best = math.inf
+            for cand in cands[item.job.key]:
+                found = self.capacity.earliest_fit(item.job, cand.key, self.now, from_empty=True)
+                if found is not None:
+                    wait = found[0] - self.now
+                    best = min(best, self.policy.placement.wait_weight * wait + cand.cost)
+            defer_cost[item.job.key] = best
+        result = solve_window(eligible, choices, defer_cost, self.capacity, self.quota, self.policy)
+        self.stats = result.stats
+        if result.assignment is None:
+            return
+        for item in eligible:
+            chosen = result.assignment.get(item.job.key)
+            if chosen is None:
+                if choices[item.job.key]:
+                    self.milp_held.add(item.job.key)
+                continue
+            nodes = self.capacity.fit(item.job, chosen.key, self._excluded(item.job, chosen))
+            if nodes is not None:
+                self._start(item, chosen, nodes)
+
+    # -- 5. preemption --------------------------------------------------------------------
+    def _preempt(self, ranked: Sequence[Ranked]) -> tuple[Preempt, ...]:
+        started = {s.job_key for s in self.starts}
+        blocked = [r for r in ranked[: self.policy.placement.window] if r.job.key not in started]
+        if not blocked or not self.snapshot.running:
+            return ()
+        now = self.now
+        running_jobs = [
+            replace(r.job, attained_gpu_s=r.job.attained_gpu_s + r.job.gpus * (now - r.start_s))
+            for r in self.snapshot.running
+        ]
+        combined = order_jobs(
+            [*running_jobs, *(r.job for r in blocked)], self.snapshot, self.capacity.gpu_types()
+        )
+        rank_of = {r.job.key: (r.level, -r.score) for r in combined}
+        gap = self.policy.preemption.min_priority_gap
+        victims_taken: set[str] = set()
+        out: list[Preempt] = []
+        by_key = {r.job.key: r for r in self.snapshot.running}
+        for item in blocked:
+            mine = rank_of[item.job.key]
+            pool = sorted(
+                (
+                    r
+                    for r in self.snapshot.running
+                    if r.job.key not in victims_taken
+                    and rank_of[r.job.key][0] >= mine[0]
+                    and rank_of[r.job.key][1] - mine[1] >= gap
+                ),
+                key=lambda r: (rank_of[r.job.key], r.job.key),
+                reverse=True,
+            )
+            for key in sorted({(r.cluster, r.gpu_type) for r in pool}):
+                if not item.job.allows(key[1]):
+                    continue
+                chosen: list[str] = []
+                for victim in (r for r in pool if (r.cluster, r.gpu_type) == key):
+                    self.capacity.release(victim.cluster, victim.nodes, victim.job)
+                    chosen.append(victim.job.key)
+                    if self.capacity.fit(item.job, key) is not None:
+                        break
+                if chosen and self.capacity.fit(item.job, key) is not None:
+                    nodes = self.capacity.fit(item.job, key)
+                    assert nodes is not None
+                    self.capacity.take(item.job, key, nodes)
+                    for victim_key in chosen:
+                        victims_taken.add(victim_key)
+                        out.append(
+                            Preempt(
+                                job_key=victim_key,
+                                for_key=item.job.key,
+                                reason=f"preempted for higher-ranked {item.job.key}",
+                            )
+                        )
+                    break
+                for victim_key in chosen:
+                    victim = by_key[victim_key]
+                    self.capacity.take(victim.job, (victim.cluster, victim.gpu_type), victim.nodes)
+        return tuple(out)

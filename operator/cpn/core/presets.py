@@ -1,0 +1,69 @@
+"""Named policies: cpn's own (``default``) and the baselines it is measured against.
+
+The baselines place heterogeneity-agnostically (``first-fit``: the first
+cluster and GPU type with room, in name order) except ``gavel``, which puts
+each job on the GPU type where it runs fastest.
+
+- ``fifo``: arrival order, strict: a job that does not fit blocks those behind it.
+- ``sjf``: shortest predicted runtime first, no reservations (may starve big jobs).
+- ``oracle``: like ``sjf`` but the simulator feeds it true runtimes (the reference).
+- ``las``: Tiresias-style discretised least-attained-service, preemptive.
+- ``gavel``: arrival order (skipping what does not fit) on the fastest GPU type.
+- ``default``: cpn: the priority formula with aging, reservations with backfill,
+  and the MILP placing each job where it finishes soonest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cpn.core.policy import Placement, Preemption, QueuePolicy, Reservation
+
+_NO_RESERVATION = Reservation(enabled=False)
+
+PRESETS: dict[str, QueuePolicy] = {
+    "default": QueuePolicy(name="default"),
+    "fifo": QueuePolicy(
+        name="fifo",
+        ordering="fifo",
+        reservation=_NO_RESERVATION,
+        placement=Placement(method="first-fit"),
+    ),
+    "sjf": QueuePolicy(
+        name="sjf",
+        ordering="sjf",
+        reservation=_NO_RESERVATION,
+        placement=Placement(method="first-fit"),
+    ),
+    "oracle": QueuePolicy(
+        name="oracle",
+        ordering="oracle",
+        reservation=_NO_RESERVATION,
+        placement=Placement(method="first-fit"),
+    ),
+    "las": QueuePolicy(
+        name="las",
+        ordering="las",
+        reservation=_NO_RESERVATION,
+        placement=Placement(method="first-fit"),
+        preemption=Preemption(enabled=True, min_priority_gap=1, restart_cost_s=60.0),
+    ),
+    "gavel": QueuePolicy(
+        name="gavel",
+        ordering="gavel",
+        reservation=_NO_RESERVATION,
+        placement=Placement(method="fastest"),
+    ),
+}
+
+#: Orderings under which a job that does not fit blocks every job behind it.
+STRICT_ORDERINGS = frozenset({"fifo"})
+
+
+def preset_policy(name: str) -> QueuePolicy:
+    """The named policy; raises KeyError naming the known ones."""
+    try:
+        return replace(PRESETS[name])
+    except KeyError:
+        known = ", ".join(sorted(PRESETS))
+        raise KeyError(f"unknown policy {name!r}; known: {known}") from None

@@ -1,0 +1,84 @@
+"""Hierarchical quotas: a group's limit, and its users' limits inside it.
+
+A user's quota can never lift them above their group's: both are checked.
+Limits are GPUs in total and/or per GPU type; usage counts running jobs and
+the starts decided earlier in the same cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cpn.core.model import Job, Running
+from cpn.core.policy import Limit, QueuePolicy
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One limit and the key its usage is counted under."""
+
+    label: str  # "group team-a" / "user alice in team-a"
+    usage_key: tuple[str, str]  # ("g", group) or ("u", group + "/" + user)
+    limit: Limit
+
+
+class QuotaLedger:
+    """GPU usage per group and user, checked against the policy's limits."""
+
+    def __init__(self, policy: QueuePolicy, running: Iterable[Running]) -> None:
+        self.policy = policy
+        self.total: dict[tuple[str, str], float] = {}
+        self.per_type: dict[tuple[tuple[str, str], str], float] = {}
+        for item in running:
+            self.take(item.job, item.gpu_type)
+
+    def buckets(self, job: Job) -> list[Bucket]:
+        """The limits that apply to ``job`` (group first, then user)."""
+        quota = self.policy.quotas.groups.get(job.group)
+        if quota is None:
+            return []
+        out = [Bucket(f"group {job.group}", ("g", job.group), quota.limit)]
+        user_limit = quota.users.get(job.user, quota.default_user)
+        if user_limit is not None:
+            out.append(
+                Bucket(
+                    f"user {job.user} in {job.group}", ("u", f"{job.group}/{job.user}"), user_limit
+                )
+            )
+        return out
+
+    def used(self, bucket: Bucket, gpu_type: str | None = None) -> float:
+        """GPUs the bucket uses, in total or of one type."""
+        if gpu_type is None:
+            return self.total.get(bucket.usage_key, 0.0)
+        return self.per_type.get((bucket.usage_key, gpu_type), 0.0)
+
+    def exceeds(self, job: Job, gpu_type: str | None = None) -> str:
+        """Why starting ``job`` (on ``gpu_type`` if given) would break a quota; "" if not."""
+        for bucket in self.buckets(job):
+            limit = bucket.limit
+            if limit.gpus is not None and self.used(bucket) + job.gpus > limit.gpus + _EPS:
+                return (
+                    f"quota of {bucket.label}: {self.used(bucket):g} of {limit.gpus:g} GPUs "
+                    f"in use, job needs {job.gpus:g}"
+                )
+            if gpu_type is not None and gpu_type in limit.per_type:
+                cap = limit.per_type[gpu_type]
+                if self.used(bucket, gpu_type) + job.gpus > cap + _EPS:
+                    return (
+                        f"quota of {bucket.label} on {gpu_type}: "
+                        f"{self.used(bucket, gpu_type):g} of {cap:g} in use, "
+                        f"job needs {job.gpus:g}"
+                    )
+        return ""
+
+    def take(self, job: Job, gpu_type: str) -> None:
+        """Count a start (or a running job) against its group and user."""
+        group_key = ("g", job.group)
+        user_key = ("u", f"{job.group}/{job.user}")
+        for key in (group_key, user_key):
+            self.total[key] = self.total.get(key, 0.0) + job.gpus
+            self.per_type[(key, gpu_type)] = self.per_type.get((key, gpu_type), 0.0) + job.gpus

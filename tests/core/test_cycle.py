@@ -1,0 +1,311 @@
+"""Table tests of plan_cycle: each names a scheduling behaviour a user relies on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cpn.core.cycle import plan_cycle
+from cpn.core.model import Cluster, Node, WaitReason
+from cpn.core.policy import GroupQuota, Limit, QueuePolicy, Quotas, Reservation
+from cpn.core.presets import preset_policy
+from tests.builders import cluster, job, nodes, running, snapshot
+
+A100, V100 = "A100-80GB", "V100-32GB"
+
+
+def two_types() -> tuple[Cluster, Cluster]:
+    return (
+        cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8)),
+        cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8)),
+    )
+
+
+def hold_of(plan, key):
+    return next(h for h in plan.holds if h.job_key == key)
+
+
+def test_job_goes_where_it_finishes_soonest():
+    """With room on both, a job starts on the GPU type with the shorter predicted runtime."""
+    plan = plan_cycle(
+        snapshot(jobs=[job("a", runtime_s={A100: 100, V100: 300})], clusters=two_types())
+    )
+    assert [(s.job_key, s.cluster, s.gpu_type) for s in plan.starts] == [("a", "fast", A100)]
+
+
+def test_transfer_time_counts():
+    """Data far away over a slow link makes the nearer, slower GPU finish sooner."""
+    j = job("a", runtime_s={A100: 100, V100: 300}, data_cluster="slow", data_gb=100)
+    snap = snapshot(jobs=[j], clusters=two_types(), bandwidth_gbps={"fast": {"slow": 1.0}})
+    (start,) = plan_cycle(snap).starts
+    assert start.cluster == "slow"
+    assert start.transfer_s == 0.0
+
+
+def test_unreachable_cluster_is_never_chosen():
+    """A cluster with no link from the job's data is not a candidate."""
+    j = job("a", runtime_s={A100: 100, V100: 300}, data_cluster="slow", data_gb=1)
+    (start,) = plan_cycle(snapshot(jobs=[j], clusters=two_types())).starts
+    assert start.cluster == "slow"
+
+
+def test_multi_worker_job_stays_in_one_cluster():
+    """Two 8-GPU workers never split across clusters, even when each has 8 free."""
+    plan = plan_cycle(snapshot(jobs=[job("big", gpus=8, workers=2)], clusters=two_types()))
+    assert plan.starts == ()
+    assert hold_of(plan, "big").reason in {WaitReason.Capacity, WaitReason.Infeasible}
+
+
+def test_multi_worker_job_gets_one_node_per_worker():
+    """A 2x4 job on two 4-GPU nodes gets both nodes."""
+    c = cluster("m", nodes("m", 2, gpus=4))
+    (start,) = plan_cycle(snapshot(jobs=[job("w", gpus=4, workers=2)], clusters=[c])).starts
+    assert sorted(start.nodes) == ["m-0", "m-1"]
+
+
+def test_job_bigger_than_every_cluster_is_infeasible_with_numbers():
+    """A job no cluster can ever hold is held as Infeasible, and the message says why."""
+    plan = plan_cycle(snapshot(jobs=[job("huge", gpus=16)], clusters=two_types()))
+    hold = hold_of(plan, "huge")
+    assert hold.reason == WaitReason.Infeasible
+    assert "16" in hold.message and "8 GPUs" in hold.message
+
+
+def test_unknown_gpu_type_is_infeasible():
+    """A job allowing only a GPU type no cluster has can never run."""
+    plan = plan_cycle(
+        snapshot(jobs=[job("h", gpu_types=frozenset({"H100-80GB"}))], clusters=two_types())
+    )
+    assert hold_of(plan, "h").reason == WaitReason.Infeasible
+
+
+def test_group_quota_holds_jobs_and_names_the_group():
+    """A group at its quota waits with reason Quota, naming the group and the numbers."""
+    policy = QueuePolicy(quotas=Quotas(groups={"team-a": GroupQuota(limit=Limit(gpus=8))}))
+    jobs = [job("a1", gpus=8, group="team-a"), job("a2", gpus=4, group="team-a", submitted_s=1)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=two_types(), policy=policy))
+    assert [s.job_key for s in plan.starts] == ["a1"]
+    hold = hold_of(plan, "a2")
+    assert hold.reason == WaitReason.Quota
+    assert "team-a" in hold.message and "8" in hold.message
+
+
+def test_user_quota_is_capped_inside_the_group():
+    """A user's own limit applies even when the group still has room."""
+    quota = GroupQuota(limit=Limit(gpus=16), users={"alice": Limit(gpus=4)})
+    policy = QueuePolicy(quotas=Quotas(groups={"g": quota}))
+    jobs = [
+        job("x", gpus=4, group="g", user="alice"),
+        job("y", gpus=4, group="g", user="alice", submitted_s=1),
+    ]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=two_types(), policy=policy))
+    assert len(plan.starts) == 1
+    assert "alice" in hold_of(plan, "y").message
+
+
+def test_lending_lets_over_quota_jobs_use_idle_gpus():
+    """With lending on, a group over its quota still runs on GPUs nobody else wants."""
+    quotas = Quotas(groups={"g": GroupQuota(limit=Limit(gpus=4))}, lending=True)
+    jobs = [job("x", gpus=4, group="g"), job("y", gpus=4, group="g", submitted_s=1)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=two_types(), policy=QueuePolicy(quotas=quotas)))
+    assert {s.job_key for s in plan.starts} == {"x", "y"}
+
+
+def test_per_type_quota_steers_to_another_type():
+    """A per-GPU-type quota sends the job to a type its group still has room on."""
+    limit = Limit(per_type={A100: 0})
+    policy = QueuePolicy(quotas=Quotas(groups={"g": GroupQuota(limit=limit)}))
+    plan = plan_cycle(
+        snapshot(
+            jobs=[job("a", group="g", runtime_s={A100: 10, V100: 30})],
+            clusters=two_types(),
+            policy=policy,
+        )
+    )
+    assert [s.gpu_type for s in plan.starts] == [V100]
+
+
+def _busy_cluster():
+    """One 8-GPU node: 6 GPUs held until t=1000 by a running job."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[2]))
+    r = running(job("r", gpus=6), "m", A100, ("m-0",), end_s=1000)
+    return c, r
+
+
+def test_big_job_gets_reservation_and_short_job_backfills():
+    """A blocked big job is reserved at the predicted release; a job ending before it backfills."""
+    c, r = _busy_cluster()
+    policy = QueuePolicy(reservation=Reservation(min_gpus=8))
+    jobs = [
+        job("big", gpus=8, submitted_s=0, priority=1),
+        job("short", gpus=2, submitted_s=1, runtime_s=500),
+    ]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=policy))
+    assert hold_of(plan, "big").reserved_start_s == 1000
+    assert [s.job_key for s in plan.starts] == ["short"]
+
+
+def test_backfill_that_would_delay_reservation_is_refused():
+    """A job that would still run when the reservation starts may not take its nodes."""
+    c, r = _busy_cluster()
+    policy = QueuePolicy(reservation=Reservation(min_gpus=8))
+    jobs = [job("big", gpus=8, priority=1), job("long", gpus=2, submitted_s=1, runtime_s=5000)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=policy))
+    assert plan.starts == ()
+    assert hold_of(plan, "long").reason == WaitReason.Reservation
+
+
+def test_long_waiting_job_gets_reservation_whatever_its_size():
+    """Past aging.max_wait_s even a small job is reserved (the starvation guard)."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+    r = running(job("r", gpus=8), "m", A100, ("m-0",), end_s=30000)
+    snap = snapshot(
+        jobs=[job("old", gpus=4, submitted_s=0)], clusters=[c], running_jobs=[r], now_s=7 * 3600
+    )
+    assert hold_of(plan_cycle(snap), "old").reserved_start_s == 30000
+
+
+def test_strict_fifo_blocks_behind_the_head():
+    """Under fifo, a head job that does not fit blocks smaller jobs behind it."""
+    c, r = _busy_cluster()
+    jobs = [job("head", gpus=8), job("small", gpus=1, submitted_s=1)]
+    plan = plan_cycle(
+        snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=preset_policy("fifo"))
+    )
+    assert plan.starts == ()
+    assert hold_of(plan, "small").reason == WaitReason.Priority
+    assert "head" in hold_of(plan, "small").message
+
+
+def test_sjf_orders_by_predicted_runtime():
+    """Under sjf the shorter job gets the only free slot."""
+    c = cluster("m", nodes("m", 1, gpus=4))
+    jobs = [job("long", gpus=4, runtime_s=900), job("short", gpus=4, submitted_s=5, runtime_s=10)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], policy=preset_policy("sjf")))
+    assert [s.job_key for s in plan.starts] == ["short"]
+    assert hold_of(plan, "long").position == 2
+
+
+def test_aging_lifts_a_long_job_over_newer_short_ones():
+    """The default formula's aging term puts a job that waited long enough first."""
+    c = cluster("m", nodes("m", 1, gpus=4))
+    jobs = [
+        job("old-long", gpus=4, runtime_s=7200, submitted_s=0),
+        job("new-short", gpus=4, runtime_s=60, submitted_s=3000),
+    ]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=3000))
+    assert [s.job_key for s in plan.starts] == ["old-long"]
+
+
+def test_suspended_and_backing_off_jobs_wait_with_their_reason():
+    """Suspended jobs and jobs in retry backoff are held and say so."""
+    jobs = [job("s", suspended=True), job("b", not_before_s=100, attempts=1)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=two_types(), now_s=10))
+    assert plan.starts == ()
+    assert hold_of(plan, "s").reason == WaitReason.Suspended
+    assert hold_of(plan, "b").reason == WaitReason.Backoff
+
+
+def test_node_above_cpu_ceiling_takes_no_work():
+    """A node whose CPU utilisation is above the policy's ceiling is skipped."""
+    hot = Node(
+        cluster="m",
+        name="hot",
+        gpu_type=A100,
+        gpus=8,
+        free_gpus=8,
+        cpu=64,
+        free_cpu=64,
+        memory_gib=512,
+        free_memory_gib=512,
+        gpu_memory_gib=80,
+        cpu_util=0.95,
+    )
+    plan = plan_cycle(snapshot(jobs=[job("a")], clusters=[Cluster(name="m", nodes=(hot,))]))
+    assert plan.starts == ()
+    assert hold_of(plan, "a").reason == WaitReason.NodeLoad
+    relaxed = QueuePolicy(node_cpu_ceiling=None)
+    assert plan_cycle(
+        snapshot(jobs=[job("a")], clusters=[Cluster(name="m", nodes=(hot,))], policy=relaxed)
+    ).starts
+
+
+def test_not_ready_cluster_gets_no_work():
+    """A cluster marked not ready is not placed on."""
+    fast, slow = two_types()
+    plan = plan_cycle(
+        snapshot(
+            jobs=[job("a", runtime_s={A100: 1, V100: 100})],
+            clusters=[replace(fast, ready=False), slow],
+        )
+    )
+    assert [s.cluster for s in plan.starts] == ["slow"]
+
+
+def test_gpu_memory_requirement_filters_nodes():
+    """A job asking 40 GiB per GPU does not land on 32 GiB cards."""
+    c1 = cluster("small", nodes("small", 1, gpu_type=V100, gpu_memory_gib=32))
+    c2 = cluster("big", nodes("big", 1, gpu_type=A100, gpu_memory_gib=80))
+    j = job("mem", gpu_memory_gib=40, runtime_s={A100: 100, V100: 10})
+    assert [s.cluster for s in plan_cycle(snapshot(jobs=[j], clusters=[c1, c2])).starts] == ["big"]
+
+
+def test_shared_gpu_fractions_pack_onto_one_gpu():
+    """Two half-GPU jobs share a node with one GPU."""
+    c = cluster("m", nodes("m", 1, gpus=1))
+    jobs = [job("h1", gpu_share=0.5), job("h2", gpu_share=0.5, submitted_s=1)]
+    assert len(plan_cycle(snapshot(jobs=jobs, clusters=[c])).starts) == 2
+
+
+def test_waits_for_a_much_faster_gpu_about_to_free():
+    """When the fast GPU frees soon, waiting for it beats starting now on a slow one."""
+    fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8, free=[0]))
+    slow = cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8))
+    r = running(job("r", gpus=8), "fast", A100, ("fast-0",), end_s=60)
+    j = job("a", runtime_s={A100: 1000, V100: 10000})
+    plan = plan_cycle(snapshot(jobs=[j], clusters=[fast, slow], running_jobs=[r]))
+    assert plan.starts == ()
+    assert hold_of(plan, "a").reason == WaitReason.Waiting
+
+
+def test_las_preempts_the_job_with_most_service():
+    """Under las a fresh job preempts a running job that already received a lot of service."""
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    r = running(job("veteran", gpus=4), "m", A100, ("m-0",), start_s=0, end_s=99999)
+    snap = snapshot(
+        jobs=[job("fresh", gpus=4, submitted_s=10000)],
+        clusters=[c],
+        running_jobs=[r],
+        now_s=10000,
+        policy=preset_policy("las"),
+    )
+    plan = plan_cycle(snap)
+    assert [(p.job_key, p.for_key) for p in plan.preemptions] == [("veteran", "fresh")]
+
+
+def test_milp_places_jointly_better_than_greedy_order():
+    """The MILP gives the flexible job the slower GPU so the A100-only job can start too."""
+    fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8))
+    slow = cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8))
+    flexible = job("flex", gpus=8, runtime_s={A100: 100, V100: 120})
+    picky = job("picky", gpus=8, submitted_s=1, runtime_s={A100: 100}, gpu_types=frozenset({A100}))
+    plan = plan_cycle(snapshot(jobs=[flexible, picky], clusters=[fast, slow]))
+    assert {(s.job_key, s.gpu_type) for s in plan.starts} == {("flex", V100), ("picky", A100)}
+    assert plan.stats.method == "milp"
+
+
+def test_holds_carry_queue_positions_in_order():
+    """Every waiting job gets its 1-based position in the queue."""
+    c = cluster("m", nodes("m", 1, gpus=1))
+    jobs = [job(f"j{i}", submitted_s=i) for i in range(4)]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], policy=preset_policy("fifo")))
+    assert [s.job_key for s in plan.starts] == ["j0"]
+    assert [(h.job_key, h.position) for h in plan.holds] == [("j1", 2), ("j2", 3), ("j3", 4)]
+
+
+@pytest.mark.parametrize("name", ["fifo", "sjf", "oracle", "las", "gavel", "default"])
+def test_every_preset_starts_a_job_on_an_empty_cluster(name):
+    """Each named policy starts a fitting job when the cluster is empty."""
+    plan = plan_cycle(snapshot(jobs=[job("a")], clusters=two_types(), policy=preset_policy(name)))
+    assert [s.job_key for s in plan.starts] == ["a"]

@@ -1,0 +1,203 @@
+"""Invariants of plan_cycle for every policy, on generated snapshots (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cpn.core.capacity import Capacity, worker_gpus
+from cpn.core.cycle import plan_cycle
+from cpn.core.model import Cluster, Job, Node, Running, Snapshot
+from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
+from cpn.core.presets import PRESETS
+from tests.builders import job
+
+TYPES = ("A100-80GB", "V100-32GB")
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    clusters: list[Cluster] = []
+    running: list[Running] = []
+    for c in range(draw(st.integers(1, 3))):
+        name = f"c{c}"
+        node_list = []
+        for n in range(draw(st.integers(1, 4))):
+            gpus = draw(st.sampled_from([1, 2, 4, 8]))
+            used = draw(st.integers(0, gpus))
+            node = Node(
+                cluster=name,
+                name=f"{name}-n{n}",
+                gpu_type=draw(st.sampled_from(TYPES)),
+                gpus=gpus,
+                free_gpus=float(gpus - used),
+                gpu_memory_gib=80,
+                cpu=32,
+                free_cpu=32,
+                memory_gib=256,
+                free_memory_gib=256,
+                cpu_util=draw(st.none() | st.floats(0, 1)),
+            )
+            node_list.append(node)
+            if used:
+                holder = job(f"run-{name}-{n}", gpus=used, group=draw(st.sampled_from("gh")))
+                running.append(
+                    Running(
+                        job=holder,
+                        cluster=name,
+                        gpu_type=node.gpu_type,
+                        nodes=(node.name,),
+                        start_s=0.0,
+                        predicted_end_s=draw(st.floats(0, 5000)),
+                    )
+                )
+        clusters.append(
+            Cluster(name=name, nodes=tuple(node_list), ready=draw(st.booleans() | st.just(True)))
+        )
+    pending = []
+    for i in range(draw(st.integers(0, 12))):
+        runtimes = {
+            t: draw(st.floats(10, 10000)) for t in TYPES if draw(st.booleans()) or t == TYPES[1]
+        }
+        pending.append(
+            job(
+                f"j{i}",
+                gpus=draw(st.sampled_from([1, 2, 4, 8])),
+                workers=draw(st.integers(1, 2)),
+                submitted_s=draw(st.floats(0, 1000)),
+                runtime_s=runtimes,
+                group=draw(st.sampled_from("gh")),
+                user=draw(st.sampled_from(["u1", "u2"])),
+                priority=draw(st.integers(0, 2)),
+            )
+        )
+    base = PRESETS[draw(st.sampled_from(sorted(PRESETS)))]
+    quotas = Quotas(
+        groups={
+            "g": GroupQuota(
+                limit=Limit(gpus=draw(st.sampled_from([4.0, 16.0]))), users={"u1": Limit(gpus=4.0)}
+            )
+        }
+    )
+    policy = replace(
+        base, quotas=quotas, reservation=Reservation(enabled=draw(st.booleans()), min_gpus=4)
+    )
+    return Snapshot(
+        now_s=1000.0,
+        policy=policy,
+        pending=tuple(pending),
+        running=tuple(running),
+        clusters=tuple(clusters),
+    )
+
+
+PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(snapshots())
+def test_every_pending_job_is_started_or_held_exactly_once(snap: Snapshot) -> None:
+    """No job is placed twice, none is forgotten."""
+    plan = plan_cycle(snap)
+    keys = [s.job_key for s in plan.starts] + [h.job_key for h in plan.holds]
+    assert sorted(keys) == sorted(j.key for j in snap.pending)
+
+
+@PROPERTY
+@given(snapshots())
+def test_no_node_is_over_capacity(snap: Snapshot) -> None:
+    """Starts never ask more of a node than it has free, and only on ready clusters."""
+    plan = plan_cycle(snap)
+    jobs = {j.key: j for j in snap.pending}
+    free = {(n.cluster, n.name): n.free_gpus for c in snap.clusters for n in c.nodes}
+    ready = {c.name for c in snap.clusters if c.ready}
+    freed = {p.job_key for p in plan.preemptions}
+    for r in snap.running:
+        if r.job.key in freed:
+            for name in r.nodes:
+                free[(r.cluster, name)] += worker_gpus(r.job)
+    for start in plan.starts:
+        assert start.cluster in ready
+        job_ = jobs[start.job_key]
+        assert job_.allows(start.gpu_type)
+        assert len(start.nodes) == job_.workers
+        for name in start.nodes:
+            free[(start.cluster, name)] -= worker_gpus(job_)
+    assert all(v >= -1e-9 for v in free.values()), free
+
+
+@PROPERTY
+@given(snapshots())
+def test_equal_snapshots_give_equal_plans(snap: Snapshot) -> None:
+    """The cycle is deterministic: equal input, equal output (also with the jobs reordered)."""
+    again = replace(snap, pending=tuple(reversed(snap.pending)))
+    assert plan_cycle(snap) == plan_cycle(again)
+
+
+@PROPERTY
+@given(snapshots())
+def test_quotas_are_never_exceeded(snap: Snapshot) -> None:
+    """Without lending, a group's and user's GPUs in use stay within quota after the plan."""
+    plan = plan_cycle(snap)
+    jobs = {j.key: j for j in snap.pending}
+    quota = snap.policy.quotas.groups["g"]
+    group_used = sum(r.job.gpus for r in snap.running if r.job.group == "g")
+    started = [jobs[s.job_key] for s in plan.starts if jobs[s.job_key].group == "g"]
+    assert not started or group_used + sum(j.gpus for j in started) <= quota.limit.gpus + 1e-9
+    user_started = [j for j in started if j.user == "u1"]
+    assert sum(j.gpus for j in user_started) <= 4.0 + 1e-9
+
+
+def _as_running(snap: Snapshot, plan_starts, jobs: dict[str, Job]) -> Snapshot:
+    """The snapshot after the plan's starts: they run until their predicted end."""
+    extra = []
+    free: dict[tuple[str, str], float] = {}
+    for s in plan_starts:
+        j = jobs[s.job_key]
+        extra.append(
+            Running(
+                job=j,
+                cluster=s.cluster,
+                gpu_type=s.gpu_type,
+                nodes=s.nodes,
+                start_s=snap.now_s,
+                predicted_end_s=snap.now_s + s.transfer_s + s.predicted_runtime_s,
+            )
+        )
+        for name in s.nodes:
+            free[(s.cluster, name)] = free.get((s.cluster, name), 0.0) + worker_gpus(j)
+    clusters = tuple(
+        replace(
+            c,
+            nodes=tuple(
+                replace(n, free_gpus=n.free_gpus - free.get((c.name, n.name), 0)) for n in c.nodes
+            ),
+        )
+        for c in snap.clusters
+    )
+    return replace(snap, running=snap.running + tuple(extra), clusters=clusters)
+
+
+@PROPERTY
+@given(snapshots())
+def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
+    """After the plan's starts, every reserved job can still start by its reserved time."""
+    if snap.policy.preemption.enabled:
+        return
+    plan = plan_cycle(snap)
+    jobs = {j.key: j for j in snap.pending}
+    after = Capacity.from_snapshot(_as_running(snap, plan.starts, jobs))
+    for hold in plan.holds:
+        if hold.reserved_start_s is None:
+            continue
+        j = jobs[hold.job_key]
+        times = [
+            found[0]
+            for key in after.groups
+            if j.allows(key[1])
+            and j.estimate.on(key[1]) is not None
+            and (found := after.earliest_fit(j, key, snap.now_s)) is not None
+        ]
+        assert times and min(times) <= hold.reserved_start_s + 1e-6
