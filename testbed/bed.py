@@ -1,0 +1,668 @@
+"""The local test bed: a hub and member Kubernetes control planes on 127.0.0.1.
+
+``Testbed(...).up()`` starts, per cluster and all clusters in parallel:
+
+* hub:    etcd, kube-apiserver, kube-controller-manager
+* member: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+  (fake GPU nodes from ``nodes.yaml``), the simulated DCGM/node exporter
+  (``testbed.dcgm``) and Prometheus scraping it.
+
+Everything lives under one state directory (default ``/tmp/cpn-testbed``):
+``state.json`` (ports and processes), ``pki/``, ``kubeconfig`` (contexts hub,
+member-a, ...), ``<cluster>/`` (data, configs, per-cluster kubeconfig) and
+``logs/<cluster>-<component>.log``. ``up`` is idempotent (it starts only what
+is not running), ``down`` stops every process it recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from testbed import procs
+from testbed.binaries import Binaries
+from testbed.pki import Pki
+from testbed.spec import (
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_VALUE,
+    BedSpec,
+    ClusterSpec,
+    load_spec,
+)
+
+KWOK_CONFIG = Path(__file__).with_name("kwok") / "kwok.yaml"
+DEFAULT_STATE_DIR = Path("/tmp/cpn-testbed")
+#: kube-controller-manager controllers (canonical names since Kubernetes 1.28)
+KCM_CONTROLLERS = (
+    "job-controller",
+    "cronjob-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "ttl-after-finished-controller",
+    "pod-garbage-collector-controller",
+    "resourcequota-controller",
+)
+#: stop order: clients first, storage last
+_STOP_TIERS = (
+    ("prometheus", "dcgm", "kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kube-apiserver",),
+    ("etcd",),
+)
+PROMETHEUS_SCRAPE_INTERVAL_S = 2
+
+
+class TestbedError(RuntimeError):
+    """The bed could not be brought up; the message names the component and its log."""
+
+    __test__ = False  # not a pytest class
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentHealth:
+    """One component of one cluster: is its process alive, does it answer its health check."""
+
+    cluster: str
+    component: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BedStatus:
+    """Health of every component of the bed."""
+
+    components: tuple[ComponentHealth, ...]
+
+    @property
+    def healthy(self) -> bool:
+        """Every component runs and answers its health check."""
+        return bool(self.components) and all(c.healthy for c in self.components)
+
+    @property
+    def any_running(self) -> bool:
+        """At least one process of the bed is alive."""
+        return any(c.running for c in self.components)
+
+
+@dataclass(slots=True, kw_only=True)
+class UpReport:
+    """What ``up`` did and how long it took."""
+
+    elapsed_s: float
+    started: list[str] = field(default_factory=list)
+    already_running: bool = False
+
+
+def _http_get(url: str, *, ctx: ssl.SSLContext | None = None, timeout_s: float = 2.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s, context=ctx) as resp:
+        body: bytes = resp.read()
+        return body.decode("utf-8", "replace")
+
+
+def _insecure_ctx() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class Testbed:
+    """Hub + member clusters on loopback; see the module docstring."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(
+        self,
+        *,
+        state_dir: Path | None = None,
+        nodes_file: Path | None = None,
+        port_base: int | None = None,
+        bin_dir: Path | None = None,
+    ) -> None:
+        self.state_dir = Path(
+            state_dir or os.environ.get("CPN_TESTBED_DIR") or DEFAULT_STATE_DIR
+        ).absolute()
+        self._bin_dir = bin_dir
+        saved = self._load_state()
+        if saved and nodes_file is None and port_base is None:
+            # a running bed keeps the layout it was started with
+            nodes_file = Path(saved["nodes_file"])
+            port_base = int(saved["port_base"])
+        self.nodes_file = (nodes_file or Path(__file__).with_name("nodes.yaml")).absolute()
+        self.spec: BedSpec = load_spec(self.nodes_file, port_base=port_base)
+        self.pki = Pki(self.state_dir / "pki")
+        self.logs_dir = self.state_dir / "logs"
+        self._lock = threading.Lock()
+        self._procs: dict[str, procs.Proc] = {}
+        if saved:
+            self._procs = {k: procs.Proc.from_json(v) for k, v in saved["procs"].items()}
+
+    # ------------------------------------------------------------------ paths and urls
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        """Every cluster name, hub first."""
+        return tuple(c.name for c in self.spec.clusters)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The member cluster names."""
+        return tuple(c.name for c in self.spec.members)
+
+    @property
+    def kubeconfig_merged(self) -> Path:
+        """One kubeconfig with a context per cluster (current context: hub)."""
+        return self.state_dir / "kubeconfig"
+
+    def kubeconfig(self, cluster: str) -> Path:
+        """The admin kubeconfig of ``cluster``."""
+        return self.state_dir / cluster / "admin.kubeconfig"
+
+    def cluster_dir(self, cluster: str) -> Path:
+        """The data and config folder of ``cluster``."""
+        return self.state_dir / cluster
+
+    def port(self, cluster: str, component: str) -> int:
+        """Loopback port of a component."""
+        return self.spec.cluster(cluster).port(self.spec.port_base, component)
+
+    def api_url(self, cluster: str) -> str:
+        """https URL of the cluster's kube-apiserver."""
+        return f"https://127.0.0.1:{self.port(cluster, 'kube-apiserver')}"
+
+    def prometheus_url(self, cluster: str) -> str:
+        """http URL of a member's Prometheus."""
+        self._require_member(cluster)
+        return f"http://127.0.0.1:{self.port(cluster, 'prometheus')}"
+
+    def dcgm_url(self, cluster: str) -> str:
+        """http URL of a member's simulated exporters (``/nodes/<node>/dcgm``, ``.../node``)."""
+        self._require_member(cluster)
+        return f"http://127.0.0.1:{self.port(cluster, 'dcgm')}"
+
+    @property
+    def binaries(self) -> Binaries:
+        """Every executable (raises MissingBinaryError if something is not installed)."""
+        return Binaries.locate(self._bin_dir)
+
+    @property
+    def kubectl(self) -> Path:
+        """kubectl of the same minor version as the servers."""
+        return self.binaries.kubectl
+
+    def log(self, cluster: str, component: str) -> Path:
+        """Log file of one component."""
+        return self.logs_dir / f"{cluster}-{component}.log"
+
+    def api_client(self, cluster: str) -> Any:
+        """A ``kubernetes.client.ApiClient`` for ``cluster`` (admin)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig(cluster))
+        )
+
+    def _require_member(self, cluster: str) -> None:
+        if self.spec.cluster(cluster).is_hub:
+            raise KeyError(f"{cluster} is the hub; it has no Prometheus")
+
+    # ------------------------------------------------------------------ state file
+
+    def _load_state(self) -> dict[str, Any] | None:
+        path = self.state_dir / "state.json"
+        if not path.exists():
+            return None
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return None
+        return raw if isinstance(raw, dict) and "procs" in raw else None
+
+    def _save_state(self) -> None:
+        with self._lock:
+            raw = {
+                "nodes_file": str(self.nodes_file),
+                "port_base": self.spec.port_base,
+                "procs": {k: p.to_json() for k, p in self._procs.items()},
+            }
+            tmp = self.state_dir / "state.json.tmp"
+            tmp.write_text(json.dumps(raw, indent=1))
+            tmp.replace(self.state_dir / "state.json")
+
+    def processes(self) -> list[procs.Proc]:
+        """The bed's processes that are alive now."""
+        return [p for p in self._procs.values() if procs.alive(p)]
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the whole bed (sum over its live processes)."""
+        return sum(procs.rss_bytes(p) for p in self._procs.values())
+
+    # ------------------------------------------------------------------ config files
+
+    def _write_kubeconfig(self, path: Path, contexts: list[str], user: str, current: str) -> None:
+        cert = self.pki.scheduler() if user == "kube-scheduler" else self.pki.admin()
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": c,
+                    "cluster": {
+                        "server": self.api_url(c),
+                        "certificate-authority": str(self.pki.ca.cert),
+                    },
+                }
+                for c in contexts
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate": str(cert.cert),
+                        "client-key": str(cert.key),
+                    },
+                }
+            ],
+            "contexts": [{"name": c, "context": {"cluster": c, "user": user}} for c in contexts],
+            "current-context": current,
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def _write_configs(self, cluster: ClusterSpec) -> None:
+        d = self.cluster_dir(cluster.name)
+        d.mkdir(parents=True, exist_ok=True)
+        self._write_kubeconfig(self.kubeconfig(cluster.name), [cluster.name], "admin", cluster.name)
+        if cluster.is_hub:
+            return
+        self._write_kubeconfig(
+            d / "scheduler.kubeconfig", [cluster.name], "kube-scheduler", cluster.name
+        )
+        scheduler = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(d / "scheduler.kubeconfig")},
+            "leaderElection": {"leaderElect": False},
+        }
+        (d / "scheduler.yaml").write_text(yaml.safe_dump(scheduler, sort_keys=False))
+        dcgm = f"127.0.0.1:{self.port(cluster.name, 'dcgm')}"
+        prom = {
+            "global": {
+                "scrape_interval": f"{PROMETHEUS_SCRAPE_INTERVAL_S}s",
+                "scrape_timeout": f"{PROMETHEUS_SCRAPE_INTERVAL_S}s",
+                "evaluation_interval": f"{PROMETHEUS_SCRAPE_INTERVAL_S}s",
+                "external_labels": {"cluster": cluster.name},
+            },
+            "scrape_configs": [
+                {
+                    # one target per fake node, as a dcgm-exporter DaemonSet would have;
+                    # the simulator serves the targets list itself (HTTP service discovery)
+                    "job_name": job,
+                    "http_sd_configs": [
+                        {"url": f"http://{dcgm}/sd/{job}", "refresh_interval": "5s"}
+                    ],
+                }
+                for job in ("dcgm", "node")
+            ],
+        }
+        (d / "prometheus.yml").write_text(yaml.safe_dump(prom, sort_keys=False))
+
+    def _write_merged_kubeconfig(self) -> None:
+        self._write_kubeconfig(self.kubeconfig_merged, list(self.clusters), "admin", "hub")
+
+    # ------------------------------------------------------------------ commands
+
+    def _argv(self, cluster: ClusterSpec, component: str, b: Binaries) -> list[str]:
+        name = cluster.name
+        d = self.cluster_dir(name)
+
+        def port(c: str) -> int:
+            return cluster.port(self.spec.port_base, c)
+
+        admin = str(self.kubeconfig(name))
+        if component == "etcd":
+            client = f"http://127.0.0.1:{port('etcd')}"
+            peer = f"http://127.0.0.1:{port('etcd-peer')}"
+            return [
+                str(b.etcd),
+                f"--name={name}",
+                f"--data-dir={d / 'etcd'}",
+                "--logger=zap",
+                "--log-level=warn",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster={name}={peer}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=2147483648",
+            ]
+        if component == "kube-apiserver":
+            serving = self.pki.serving(name)
+            return [
+                str(b.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{port('etcd')}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port('kube-apiserver')}",
+                f"--cert-dir={d / 'apiserver-certs'}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={self.pki.ca.cert}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self.pki.sa_pub}",
+                f"--service-account-signing-key-file={self.pki.sa_key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                # no node-lifecycle controller runs to lift the not-ready taint this plugin
+                # puts on new nodes; kwok's nodes are Ready as soon as kwok sees them
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ]
+        if component == "kube-controller-manager":
+            return [
+                str(b.kube_controller_manager),
+                f"--kubeconfig={admin}",
+                f"--authentication-kubeconfig={admin}",
+                f"--authorization-kubeconfig={admin}",
+                "--authentication-skip-lookup=true",
+                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                f"--root-ca-file={self.pki.ca.cert}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port('kube-controller-manager')}",
+                f"--cert-dir={d / 'kcm-certs'}",
+                "--profiling=false",
+                "--v=1",
+            ]
+        if component == "kube-scheduler":
+            sk = str(d / "scheduler.kubeconfig")
+            return [
+                str(b.kube_scheduler),
+                f"--config={d / 'scheduler.yaml'}",
+                f"--authentication-kubeconfig={sk}",
+                f"--authorization-kubeconfig={sk}",
+                "--authentication-skip-lookup=true",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port('kube-scheduler')}",
+                f"--cert-dir={d / 'scheduler-certs'}",
+                "--profiling=false",
+                "--v=1",
+            ]
+        if component == "kwok":
+            return [
+                str(b.kwok),
+                f"--kubeconfig={admin}",
+                f"--config={KWOK_CONFIG}",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+                "--node-lease-duration-seconds=0",
+                f"--server-address=127.0.0.1:{port('kwok')}",
+            ]
+        if component == "dcgm":
+            return [
+                sys.executable,
+                "-m",
+                "testbed.dcgm",
+                f"--kubeconfig={admin}",
+                f"--cluster={name}",
+                f"--port={port('dcgm')}",
+            ]
+        if component == "prometheus":
+            return [
+                str(b.prometheus),
+                f"--config.file={d / 'prometheus.yml'}",
+                f"--storage.tsdb.path={d / 'prometheus'}",
+                "--storage.tsdb.retention.time=1d",
+                f"--web.listen-address=127.0.0.1:{port('prometheus')}",
+                "--log.level=warn",
+            ]
+        raise KeyError(component)
+
+    def _env(self, cluster: str, component: str) -> dict[str, str]:
+        env = dict(os.environ)
+        if component == "kwok":
+            # kwok also reads ~/.kwok/kwok.yaml; give it an empty home so nothing leaks in
+            home = self.cluster_dir(cluster) / "kwok-home"
+            home.mkdir(parents=True, exist_ok=True)
+            env["HOME"] = str(home)
+        if component == "dcgm":
+            root = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        return env
+
+    # ------------------------------------------------------------------ health
+
+    def _check(self, cluster: str, component: str) -> tuple[bool, str]:
+        """Ask one component's health endpoint; (healthy, detail)."""
+        port = self.port(cluster, component)
+        try:
+            if component == "etcd":
+                body = _http_get(f"http://127.0.0.1:{port}/health")
+                return '"health":"true"' in body.replace(" ", ""), body.strip()
+            if component == "kube-apiserver":
+                ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
+                body = _http_get(f"https://127.0.0.1:{port}/readyz", ctx=ctx)
+                return body.strip() == "ok", body.strip()
+            if component in {"kube-controller-manager", "kube-scheduler"}:
+                body = _http_get(f"https://127.0.0.1:{port}/healthz", ctx=_insecure_ctx())
+                return body.strip() == "ok", body.strip()
+            if component in {"kwok", "dcgm"}:
+                body = _http_get(f"http://127.0.0.1:{port}/healthz")
+                return body.strip() == "ok", body.strip()
+            if component == "prometheus":
+                body = _http_get(f"http://127.0.0.1:{port}/-/ready")
+                return "Ready" in body, body.strip()
+        except (OSError, urllib.error.URLError, ssl.SSLError) as e:
+            return False, str(getattr(e, "reason", e))
+        raise KeyError(component)
+
+    def status(self) -> BedStatus:
+        """Process and health-check state of every component."""
+        out: list[ComponentHealth] = []
+        for c in self.spec.clusters:
+            for comp in c.components:
+                proc = self._procs.get(f"{c.name}/{comp}")
+                running = proc is not None and procs.alive(proc)
+                healthy, detail = self._check(c.name, comp) if running else (False, "not running")
+                out.append(
+                    ComponentHealth(
+                        cluster=c.name,
+                        component=comp,
+                        pid=proc.pid if running and proc else None,
+                        running=running,
+                        healthy=healthy,
+                        detail=detail[:120],
+                    )
+                )
+        return BedStatus(components=tuple(out))
+
+    # ------------------------------------------------------------------ up
+
+    def _wait(
+        self, what: str, probe: Callable[[], bool], deadline: float, log: Path | None = None
+    ) -> None:
+        while True:
+            if probe():
+                return
+            if time.monotonic() > deadline:
+                hint = f"; see {log}" if log else ""
+                raise TestbedError(f"timed out waiting for {what}{hint}")
+            time.sleep(0.2)
+
+    def _start(self, cluster: ClusterSpec, component: str, b: Binaries, deadline: float) -> bool:
+        """Start one component unless it runs; wait until healthy. True if it was started."""
+        key = f"{cluster.name}/{component}"
+        log = self.log(cluster.name, component)
+        proc = self._procs.get(key)
+        started = False
+        if proc is None or not procs.alive(proc):
+            proc = procs.spawn(
+                self._argv(cluster, component, b),
+                log,
+                env=self._env(cluster.name, component),
+                cwd=self.cluster_dir(cluster.name),
+            )
+            with self._lock:
+                self._procs[key] = proc
+            self._save_state()
+            started = True
+        running = proc
+
+        def probe() -> bool:
+            if not procs.alive(running):
+                raise TestbedError(f"{key} exited during start-up; see {log}")
+            return self._check(cluster.name, component)[0]
+
+        self._wait(key, probe, deadline, log)
+        return started
+
+    def _create_nodes(self, cluster: ClusterSpec) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        with contextlib.closing(self.api_client(cluster.name)) as api:
+            core = client.CoreV1Api(api)
+            for node in cluster.nodes:
+                try:
+                    core.create_node(cast(Any, node.manifest()))
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
+
+    def _cluster_ready(self, cluster: ClusterSpec) -> bool:
+        """Nodes Ready (kwok played node-initialize) and the default ServiceAccount exists."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        with contextlib.closing(self.api_client(cluster.name)) as api:
+            core = client.CoreV1Api(api)
+            try:
+                core.read_namespaced_service_account("default", "default")
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+            if not cluster.nodes:
+                return True
+            ready = 0
+            for n in core.list_node().items:
+                conds = {c.type: c.status for c in ((n.status and n.status.conditions) or [])}
+                ready += conds.get("Ready") == "True"
+            return ready >= len(cluster.nodes)
+
+    def _up_cluster(self, cluster: ClusterSpec, b: Binaries, deadline: float) -> list[str]:
+        started: list[str] = []
+        for component in cluster.components:
+            if self._start(cluster, component, b, deadline):
+                started.append(f"{cluster.name}/{component}")
+            if component == "kube-apiserver" and cluster.nodes:
+                self._create_nodes(cluster)
+        self._wait(
+            f"{cluster.name} nodes and service account",
+            lambda: self._cluster_ready(cluster),
+            deadline,
+        )
+        return started
+
+    def up(self, *, timeout_s: float = 180.0) -> UpReport:
+        """Start whatever is not running and wait until every component is healthy."""
+        t0 = time.monotonic()
+        b = self.binaries
+        if self.status().healthy:
+            return UpReport(elapsed_s=time.monotonic() - t0, already_running=True)
+        if not self.processes():
+            self._cold_reset()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.pki.ensure_ca()
+        self.pki.admin()
+        self.pki.scheduler()
+        for c in self.spec.clusters:
+            self.pki.serving(c.name)
+            self._write_configs(c)
+        self._write_merged_kubeconfig()
+        self._save_state()
+        deadline = t0 + timeout_s
+        report = UpReport(elapsed_s=0.0)
+        with ThreadPoolExecutor(max_workers=len(self.spec.clusters)) as pool:
+            futures = [pool.submit(self._up_cluster, c, b, deadline) for c in self.spec.clusters]
+            errors: list[BaseException] = []
+            for f in futures:
+                try:
+                    report.started += f.result()
+                except BaseException as e:
+                    errors.append(e)
+        if errors:
+            raise TestbedError("; ".join(str(e) for e in errors)) from errors[0]
+        report.elapsed_s = time.monotonic() - t0
+        return report
+
+    def _cold_reset(self) -> None:
+        """Nothing runs: start from empty data (PKI is kept) and fresh logs."""
+        for c in self.spec.clusters:
+            for sub in ("etcd", "prometheus"):
+                shutil.rmtree(self.cluster_dir(c.name) / sub, ignore_errors=True)
+        shutil.rmtree(self.logs_dir, ignore_errors=True)
+        self._procs = {}
+
+    # ------------------------------------------------------------------ down
+
+    def down(self, *, purge: bool = False) -> float:
+        """Stop every process of the bed (clients first); return seconds taken."""
+        t0 = time.monotonic()
+        survivors: list[procs.Proc] = []
+        for tier in _STOP_TIERS:
+            batch = [p for k, p in self._procs.items() if k.split("/", 1)[1] in tier]
+            survivors += procs.stop(batch)
+        if survivors:
+            raise TestbedError(f"could not stop pids {[p.pid for p in survivors]}")
+        self._procs = {}
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        elif self.state_dir.exists():
+            self._save_state()
+        return time.monotonic() - t0
+
+    def stray_processes(self) -> list[int]:
+        """Pids of any process whose command line mentions the state dir (should be none)."""
+        needle = str(self.state_dir).encode()
+        found: list[int] = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+        return found
+
+
+def iter_status_lines(status: BedStatus) -> Iterator[str]:
+    """Human-readable table of a BedStatus."""
+    yield f"{'cluster':<10} {'component':<24} {'pid':>7}  {'health':<8} detail"
+    for c in status.components:
+        health = "ok" if c.healthy else ("running" if c.running else "down")
+        yield f"{c.cluster:<10} {c.component:<24} {c.pid or '-':>7}  {health:<8} {c.detail}"
