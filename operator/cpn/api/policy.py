@@ -1,0 +1,563 @@
+"""Read the admins' policy document into a :class:`cpn.core.policy.QueuePolicy`.
+
+The document (YAML, or an already-loaded mapping) mirrors ``QueuePolicy`` with
+snake_case keys; docs/policy.md is the reference. Every problem is collected
+and reported at once as a :class:`PolicyError` whose :class:`FieldError` paths
+name the field: ``levels[2].formula``, ``quotas.groups.team-a.users.alice.gpus``,
+``placement.time_limit_s``. Unknown keys are errors (with the nearest known key
+as a hint), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import re
+import reprlib
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
+from cpn.core.errors import FieldError, FormulaError, PolicyError
+from cpn.core.formula import compile_formula
+from cpn.core.policy import (
+    Aging,
+    GroupQuota,
+    Level,
+    Limit,
+    Placement,
+    Preemption,
+    QueuePolicy,
+    Quotas,
+    Reservation,
+    Retry,
+)
+
+ORDERINGS = ("cpn", "fifo", "sjf", "oracle", "las", "gavel")
+METHODS = ("milp", "greedy")
+AFFINITIES = ("node", "gpu-type")
+#: The ConfigMap data key that holds the document.
+CONFIGMAP_KEY = "policy.yaml"
+
+MAX_GPUS = 1_000_000.0  # any count of GPUs above this is a typo
+MAX_DURATION_S = 366 * 86400.0  # a year
+MAX_WEIGHT = 1e6
+MAX_LEVEL = 1e9  # user/group levels and job priorities
+MAX_LEVELS = 64
+MAX_NAME = 253
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class _Invalid(Exception):
+    """One value is wrong; ``at`` is appended to the field's path (e.g. ``[2]``)."""
+
+    def __init__(self, message: str, at: str = "") -> None:
+        super().__init__(message)
+        self.at = at
+
+
+Parser = Callable[[Any], Any]
+
+
+def _join(path: str, key: str) -> str:
+    """``path.key``, or ``path["odd key"]`` when the key is not a plain word."""
+    if _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({_short(value)})"
+    if isinstance(value, float):
+        return f"a number ({_short(value)})"
+    if isinstance(value, str):
+        return f"a string ({_short(value)})"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _num(value: float) -> str:
+    """A bound as an admin would write it: 31622400, not 3.16224e+07."""
+    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
+
+
+def _short(value: object) -> str:
+    """A bounded repr: safe on huge or deeply nested values."""
+    return reprlib.repr(value)
+
+
+def _hint(word: str, choices: Collection[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# --- scalar parsers: each returns the value or raises _Invalid -----------------
+
+
+def _number(low: float, high: float, *, above: bool = False, nullable: bool = False) -> Parser:
+    """A finite number in [low, high] (or (low, high] with ``above``); null if ``nullable``."""
+
+    def parse(value: Any) -> float | None:
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            quoted = isinstance(value, str) and _looks_numeric(value)
+            hint = " (write it without quotes)" if quoted else ""
+            raise _Invalid(f"expected a number, got {_kind(value)}{hint}")
+        try:
+            number = float(value)
+        except OverflowError:
+            raise _Invalid(f"must be at most {_num(high)}, got a huge integer") from None
+        if not math.isfinite(number):
+            raise _Invalid(f"must be a finite number, got {value}")
+        if above and number <= low:
+            raise _Invalid(f"must be greater than {_num(low)}, got {value}")
+        if number < low:
+            raise _Invalid(f"must be at least {_num(low)}, got {value}")
+        if number > high:
+            raise _Invalid(f"must be at most {_num(high)}, got {value}")
+        return number
+
+    return parse
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _integer(low: int, high: int, *, nullable: bool = False) -> Parser:
+    def parse(value: Any) -> int | None:
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"expected an integer, got {_kind(value)}")
+        if not low <= value <= high:
+            raise _Invalid(f"must be between {low} and {high}, got {_short(value)}")
+        return value
+
+    return parse
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        yaml11 = isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n")
+        hint = " (only true and false are booleans)" if yaml11 else ""
+        raise _Invalid(f"expected true or false, got {_kind(value)}{hint}")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid(f"expected a non-empty string, got {_kind(value)}")
+    if len(value) > MAX_NAME:
+        raise _Invalid(f"is longer than {MAX_NAME} characters")
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Parser:
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            hint = _hint(value, options) if isinstance(value, str) else ""
+            raise _Invalid(f"must be one of {', '.join(options)}; got {_kind(value)}{hint}")
+        return value
+
+    return parse
+
+
+def _formula(*, nullable: bool = False) -> Parser:
+    def parse(value: Any) -> str | None:
+        if value is None and nullable:
+            return None
+        if not isinstance(value, str):
+            raise _Invalid(f"expected a formula (a string), got {_kind(value)}")
+        try:
+            compile_formula(value)
+        except FormulaError as error:
+            raise _Invalid(f"invalid formula: {error}") from None
+        return value
+
+    return parse
+
+
+def _names(value: Any) -> frozenset[str]:
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list of names, got {_kind(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise _Invalid(f"expected a non-empty string, got {_kind(item)}", at=f"[{index}]")
+    return frozenset(value)
+
+
+# --- the fields of each section ------------------------------------------------
+
+_TOP: Mapping[str, Parser] = {
+    "name": _name,
+    "ordering": _choice(ORDERINGS),
+    "formula": _formula(),
+    "node_cpu_ceiling": _number(0.0, 1.0, above=True, nullable=True),
+}
+_TOP_SECTIONS = (
+    "levels",
+    "user_levels",
+    "group_levels",
+    "aging",
+    "quotas",
+    "reservation",
+    "placement",
+    "preemption",
+    "retry",
+    "namespaces",
+)
+_LEVEL: Mapping[str, Parser] = {
+    "name": _name,
+    "groups": _names,
+    "users": _names,
+    "queues": _names,
+    "min_priority": _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True),
+    "max_gpus": _number(0.0, MAX_GPUS, nullable=True),
+    "min_gpus": _number(0.0, MAX_GPUS, nullable=True),
+    "formula": _formula(nullable=True),
+}
+_AGING: Mapping[str, Parser] = {
+    "rate": _number(0.0, MAX_WEIGHT),
+    "max_wait_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+}
+_RESERVATION: Mapping[str, Parser] = {
+    "enabled": _boolean,
+    "min_gpus": _number(0.0, MAX_GPUS, above=True),
+    "max_reservations": _integer(0, 1000),
+    "backfill": _boolean,
+}
+_PLACEMENT: Mapping[str, Parser] = {
+    "method": _choice(METHODS),
+    "wait_weight": _number(0.0, MAX_WEIGHT),
+    "transfer_weight": _number(0.0, MAX_WEIGHT),
+    "runtime_weight": _number(0.0, MAX_WEIGHT),
+    "time_limit_s": _number(0.0, 600.0, above=True),
+    "window": _integer(1, 10_000),
+    "affinity": _choice(AFFINITIES),
+}
+_PREEMPTION: Mapping[str, Parser] = {
+    "enabled": _boolean,
+    "min_priority_gap": _integer(0, int(MAX_LEVEL)),
+    "restart_cost_s": _number(0.0, MAX_DURATION_S),
+}
+_RETRY: Mapping[str, Parser] = {
+    "max_attempts": _integer(1, 100),
+    "backoff_s": _number(0.0, 86400.0),
+}
+_QUOTAS = ("groups", "lending")
+_LIMIT: Mapping[str, Parser] = {"gpus": _number(0.0, MAX_GPUS, nullable=True)}
+_LIMIT_KEYS = ("gpus", "per_type")
+_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user")
+_NAMESPACE = ("user", "group")
+
+#: Every key the document may hold, by section (for docs and tests).
+KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "": (*_TOP, *_TOP_SECTIONS),
+        "levels[]": tuple(_LEVEL),
+        "aging": tuple(_AGING),
+        "quotas": _QUOTAS,
+        "quotas.groups.<group>": _GROUP_KEYS,
+        "quotas.groups.<group>.users.<user>": _LIMIT_KEYS,
+        "reservation": tuple(_RESERVATION),
+        "placement": tuple(_PLACEMENT),
+        "preemption": tuple(_PREEMPTION),
+        "retry": tuple(_RETRY),
+        "namespaces.<namespace>": _NAMESPACE,
+    }
+)
+
+
+class _Reader:
+    """Walks a document, collecting every FieldError instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def mapping(self, value: Any, path: str, known: Collection[str]) -> dict[str, Any]:
+        """The known keys of a mapping; report a wrong type, odd keys and unknown keys."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.error(path, f"expected a mapping, got {_kind(value)}")
+            return {}
+        found: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                self.error(path, f"key {_short(key)} must be a string")
+            elif key not in known:
+                self.error(
+                    _join(path, key),
+                    f"unknown key{_hint(key, known)}; known keys: {', '.join(known)}",
+                )
+            else:
+                found[key] = item
+        return found
+
+    def fields(
+        self, section: Mapping[str, Any], path: str, parsers: Mapping[str, Parser]
+    ) -> dict[str, Any]:
+        """Parse the present fields of a section; bad ones are reported and left out."""
+        parsed: dict[str, Any] = {}
+        for key, parse in parsers.items():
+            if key in section:
+                try:
+                    parsed[key] = parse(section[key])
+                except _Invalid as invalid:
+                    self.error(_join(path, key) + invalid.at, str(invalid))
+        return parsed
+
+    def section(self, value: Any, path: str, parsers: Mapping[str, Parser]) -> dict[str, Any]:
+        return self.fields(self.mapping(value, path, tuple(parsers)), path, parsers)
+
+    def entries(self, value: Any, path: str, what: str) -> list[tuple[str, Any, str]]:
+        """A mapping from names the admin chose (groups, users...) to values, with paths."""
+        if value is None:
+            return []
+        if not isinstance(value, Mapping):
+            self.error(path, f"expected a mapping of {what} names, got {_kind(value)}")
+            return []
+        found = []
+        for key, item in value.items():
+            try:
+                name = _name(key)
+            except _Invalid as invalid:
+                self.error(path, f"{what} name {_short(key)}: {invalid}")
+                continue
+            found.append((name, item, _join(path, name)))
+        return found
+
+    def table(self, value: Any, path: str, what: str, parse: Parser) -> dict[str, Any]:
+        """``{name: value}`` with each value parsed by ``parse``."""
+        parsed: dict[str, Any] = {}
+        for name, item, item_path in self.entries(value, path, what):
+            try:
+                parsed[name] = parse(item)
+            except _Invalid as invalid:
+                self.error(item_path + invalid.at, str(invalid))
+        return parsed
+
+
+# --- sections with structure -----------------------------------------------------
+
+
+def _is_catch_all(level: Level) -> bool:
+    rules = (level.groups, level.users, level.queues)
+    bounds = (level.min_priority, level.max_gpus, level.min_gpus)
+    return not any(rules) and all(bound is None for bound in bounds)
+
+
+def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        reader.error("levels", f"expected a list of levels, got {_kind(value)}")
+        return ()
+    if len(value) > MAX_LEVELS:
+        reader.error("levels", f"at most {MAX_LEVELS} levels, got {len(value)}")
+    levels: list[Level] = []
+    first_index: dict[str, int] = {}
+    catch_all: int | None = None
+    for index, item in enumerate(value):
+        path = f"levels[{index}]"
+        errors_before = len(reader.errors)
+        fields = reader.section(item, path, _LEVEL)
+        if isinstance(item, Mapping) and "name" not in item:
+            reader.error(f"{path}.name", "is required")
+        name = fields.pop("name", path)
+        if name in first_index:
+            reader.error(f"{path}.name", f"'{name}' is also levels[{first_index[name]}]")
+        first_index.setdefault(name, index)
+        low, high = fields.get("min_gpus"), fields.get("max_gpus")
+        if low is not None and high is not None and low > high:
+            reader.error(f"{path}.min_gpus", f"{_num(low)} is more than max_gpus {_num(high)}")
+        level = Level(name=name, **fields)
+        if catch_all is not None:
+            reader.error(
+                path,
+                f"never used: levels[{catch_all}] before it has no rules and takes every job",
+            )
+        elif _is_catch_all(level) and len(reader.errors) == errors_before:  # not for a bad rule
+            catch_all = index
+        levels.append(level)
+    return tuple(levels)
+
+
+def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
+    written: dict[str, str] = {}
+    limits: dict[str, float] = {}
+    parse = _number(0.0, MAX_GPUS)
+    for name, item, item_path in reader.entries(value, path, "GPU type"):
+        canonical = name.strip().upper()
+        if canonical in written:
+            reader.error(item_path, f"same GPU type as '{written[canonical]}'")
+            continue
+        written[canonical] = name
+        try:
+            limits[canonical] = parse(item)
+        except _Invalid as invalid:
+            reader.error(item_path, str(invalid))
+    return MappingProxyType(limits)
+
+
+def _limit(reader: _Reader, section: Mapping[str, Any], path: str) -> Limit:
+    fields = reader.fields(section, path, _LIMIT)
+    per_type = _per_type(reader, section.get("per_type"), _join(path, "per_type"))
+    return Limit(gpus=fields.get("gpus"), per_type=per_type)
+
+
+def _check_within(reader: _Reader, inner: Limit, outer: Limit, path: str) -> None:
+    """Report where a user's limit exceeds its group's (the group's is the ceiling)."""
+    why = "(the group's quota is the ceiling)"
+    if inner.gpus is not None and outer.gpus is not None and inner.gpus > outer.gpus:
+        reader.error(
+            _join(path, "gpus"),
+            f"{_num(inner.gpus)} GPUs exceeds the group's {_num(outer.gpus)} {why}",
+        )
+    for gpu_type, gpus in inner.per_type.items():
+        ceiling = outer.per_type.get(gpu_type, outer.gpus)
+        if ceiling is not None and gpus > ceiling:
+            reader.error(
+                _join(_join(path, "per_type"), gpu_type),
+                f"{_num(gpus)} {gpu_type} GPUs exceeds the group's {_num(ceiling)} {why}",
+            )
+
+
+def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
+    section = reader.mapping(value, path, _GROUP_KEYS)
+    limit = _limit(reader, section, path)
+    users: dict[str, Limit] = {}
+    users_path = _join(path, "users")
+    for user, item, user_path in reader.entries(section.get("users"), users_path, "user"):
+        users[user] = _limit(reader, reader.mapping(item, user_path, _LIMIT_KEYS), user_path)
+        _check_within(reader, users[user], limit, user_path)
+    default_user = None
+    if section.get("default_user") is not None:
+        default_path = _join(path, "default_user")
+        default_section = reader.mapping(section["default_user"], default_path, _LIMIT_KEYS)
+        default_user = _limit(reader, default_section, default_path)
+        _check_within(reader, default_user, limit, default_path)
+    return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user)
+
+
+def _quotas(reader: _Reader, value: Any) -> Quotas:
+    section = reader.mapping(value, "quotas", _QUOTAS)
+    fields = reader.fields(section, "quotas", {"lending": _boolean})
+    groups = {
+        group: _group_quota(reader, item, path)
+        for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
+    }
+    return Quotas(groups=MappingProxyType(groups), **fields)
+
+
+def _namespaces(reader: _Reader, value: Any) -> Mapping[str, tuple[str, str]]:
+    owners: dict[str, tuple[str, str]] = {}
+    for namespace, item, path in reader.entries(value, "namespaces", "namespace"):
+        if not _DNS_LABEL.fullmatch(namespace):
+            reader.error(path, "not a namespace name (lower-case letters, digits, '-'; ≤ 63)")
+        fields = reader.section(item, path, {"user": _name, "group": _name})
+        if item is None or (isinstance(item, Mapping) and not item):
+            reader.error(path, "give a user, a group or both")
+        owners[namespace] = (fields.get("user", ""), fields.get("group", ""))
+    return MappingProxyType(owners)
+
+
+def _check_placement(reader: _Reader, placement: Placement) -> None:
+    weights = (placement.wait_weight, placement.transfer_weight, placement.runtime_weight)
+    if not any(weights):
+        reader.error("placement", "at least one of the *_weight fields must be above 0")
+
+
+# --- public API ------------------------------------------------------------------
+
+
+def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePolicy:
+    """Read a policy document (YAML text or a loaded mapping); raise PolicyError listing
+    every problem. Text without a ``version`` gets ``sha256:<first 16 hex digits>``."""
+    data: Any = doc
+    if isinstance(doc, str):
+        try:
+            data = load_yaml(doc, max_bytes=MAX_BYTES)
+        except YamlError as error:
+            raise PolicyError([FieldError("", f"not accepted as YAML: {error}")]) from None
+        digest = hashlib.sha256(doc.encode("utf-8", "surrogatepass")).hexdigest()
+        version = version or f"sha256:{digest[:16]}"
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise PolicyError([FieldError("", f"the policy must be a mapping, got {_kind(data)}")])
+    reader = _Reader()
+    top = reader.mapping(data, "", (*_TOP, *_TOP_SECTIONS))
+    fields = reader.fields(top, "", _TOP)
+    level_parse = _number(-MAX_LEVEL, MAX_LEVEL)
+    policy = QueuePolicy(
+        version=version,
+        levels=_levels(reader, top.get("levels")),
+        user_levels=MappingProxyType(
+            reader.table(top.get("user_levels"), "user_levels", "user", level_parse)
+        ),
+        group_levels=MappingProxyType(
+            reader.table(top.get("group_levels"), "group_levels", "group", level_parse)
+        ),
+        aging=Aging(**reader.section(top.get("aging"), "aging", _AGING)),
+        quotas=_quotas(reader, top.get("quotas")),
+        reservation=Reservation(
+            **reader.section(top.get("reservation"), "reservation", _RESERVATION)
+        ),
+        placement=Placement(**reader.section(top.get("placement"), "placement", _PLACEMENT)),
+        preemption=Preemption(**reader.section(top.get("preemption"), "preemption", _PREEMPTION)),
+        retry=Retry(**reader.section(top.get("retry"), "retry", _RETRY)),
+        namespaces=_namespaces(reader, top.get("namespaces")),
+        **fields,
+    )
+    _check_placement(reader, policy.placement)
+    if reader.errors:
+        raise PolicyError(reader.errors)
+    return policy
+
+
+def parse_policy_configmap(manifest: Mapping[str, Any]) -> QueuePolicy:
+    """Read the policy from a ConfigMap's ``data["policy.yaml"]``; its version is the
+    ConfigMap's ``metadata.resourceVersion``. Paths in errors are relative to the document."""
+    if not isinstance(manifest, Mapping):
+        raise PolicyError([FieldError("", f"expected a ConfigMap, got {_kind(manifest)}")])
+    errors: list[FieldError] = []
+    kind = manifest.get("kind", "ConfigMap")
+    if kind != "ConfigMap":
+        errors.append(FieldError("kind", f"expected ConfigMap, got {_kind(kind)}"))
+    metadata = manifest.get("metadata") or {}
+    version = metadata.get("resourceVersion", "") if isinstance(metadata, Mapping) else ""
+    if not isinstance(version, str):
+        errors.append(
+            FieldError("metadata.resourceVersion", f"expected a string, got {_kind(version)}")
+        )
+    data = manifest.get("data")
+    text = data.get(CONFIGMAP_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(text, str):
+        found = ", ".join(map(str, data)) if isinstance(data, Mapping) else _kind(data)
+        message = f"missing or not a string (data holds: {found or 'nothing'})"
+        errors.append(FieldError(_join("data", CONFIGMAP_KEY), message))
+    if errors or not isinstance(text, str) or not isinstance(version, str):
+        raise PolicyError(errors)
+    return parse_policy(text, version=version)
