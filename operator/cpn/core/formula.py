@@ -1,7 +1,7 @@
 """The priority-formula language: a small, safe subset of CEL's expression syntax.
 
 An admin writes one arithmetic expression over named per-job factors, e.g.
-``1000 * priority + aging * wait_s - runtime_s``; higher scores go first.
+``1000000 * priority + aging * wait_s - runtime_s``; higher scores go first.
 :func:`compile_formula` tokenizes and parses it (a Pratt parser, no Python
 ``eval``/``ast``) once into a tree of numpy operations; :meth:`Formula.evaluate`
 scores every job at once.
@@ -17,10 +17,11 @@ Grammar (CEL precedence, lowest first)::
     unary   := ("-"|"!") unary | atom
     atom    := number | "true" | "false" | factor | function "(" expr ("," expr)* ")"
              | "(" expr ")"
+    number  := 42 | 0x2A | 2.5 | .5 | 1e6 | 2.5e-3       # "//" starts a comment to end of line
 
 Semantics, chosen so that evaluation never fails and never warns:
 
-- every value is a float64; comparisons and ``&& || !`` give 1.0 or 0.0, and
+- every value is a float64 (unlike CEL, ``7 / 2`` is 3.5 and ints mix with doubles); comparisons and ``&& || !`` give 1.0 or 0.0, and
   any non-zero value counts as true; ``c ? a : b`` picks per job;
 - ``a / 0`` and ``a % 0`` are 0; ``%`` keeps the sign of ``a`` (like CEL on ints);
 - ``log(x)`` for x <= 0, ``log1p(x)`` for x <= -1 and ``sqrt(x)`` for x < 0 are 0;
