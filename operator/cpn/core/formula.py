@@ -21,8 +21,9 @@ Grammar (CEL precedence, lowest first)::
 
 Semantics, chosen so that evaluation never fails and never warns:
 
-- every value is a float64 (unlike CEL, ``7 / 2`` is 3.5 and ints mix with doubles); comparisons and ``&& || !`` give 1.0 or 0.0, and
-  any non-zero value counts as true; ``c ? a : b`` picks per job;
+- every value is a float64 (unlike CEL, ``7 / 2`` is 3.5 and ints mix with
+  doubles); comparisons and ``&& || !`` give 1.0 or 0.0, and any non-zero
+  value counts as true; ``c ? a : b`` picks per job;
 - ``a / 0`` and ``a % 0`` are 0; ``%`` keeps the sign of ``a`` (like CEL on ints);
 - ``log(x)`` for x <= 0, ``log1p(x)`` for x <= -1 and ``sqrt(x)`` for x < 0 are 0;
   ``exp``'s argument is clamped to at most 700 (``exp`` <= about 1e304);
