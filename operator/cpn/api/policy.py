@@ -37,7 +37,7 @@ from cpn.core.policy import (
 )
 
 ORDERINGS = ("cpn", "fifo", "sjf", "oracle", "las", "gavel")
-METHODS = ("milp", "greedy")
+METHODS = ("milp", "greedy", "first-fit", "fastest")
 AFFINITIES = ("node", "gpu-type")
 #: The ConfigMap data key that holds the document.
 CONFIGMAP_KEY = "policy.yaml"

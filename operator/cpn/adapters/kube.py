@@ -1,0 +1,152 @@
+"""Kubernetes clients and informers (list + watch) for the hub and member clusters.
+
+The sync ``kubernetes`` client is used from worker threads; an :class:`Informer`
+keeps a watch open in a daemon thread, re-lists on 410 Gone and on any error
+(with backoff), and hands each event to a callback. Callbacks are expected to
+hop onto the asyncio loop themselves (``loop.call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+#: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
+EventFn = Callable[[str, Mapping[str, Any] | None], None]
+
+
+def client_from_kubeconfig(kubeconfig: Mapping[str, Any] | str) -> client.ApiClient:
+    """An API client for a kubeconfig given as a mapping or YAML text."""
+    data = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else dict(kubeconfig)
+    cfg = client.Configuration()
+    loader = config.kube_config.KubeConfigLoader(config_dict=data)
+    loader.load_and_set(cfg)
+    cfg.retries = 1
+    return client.ApiClient(configuration=cfg)
+
+
+def hub_client() -> client.ApiClient:
+    """Client for the hub: in-cluster config when running in a pod, else KUBECONFIG."""
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(configuration=cfg)
+
+
+class Informer:
+    """List, then watch, one kind of object forever (until stopped).
+
+    ``list_fn`` is a client list method (e.g. ``CoreV1Api.list_node``) and
+    ``kwargs`` its arguments (label selectors, namespace...). Objects are
+    passed as plain dicts (``ApiClient.sanitize_for_serialization``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        api: client.ApiClient,
+        list_fn: Callable[..., Any],
+        on_event: EventFn,
+        *,
+        timeout_s: int = 60,
+        **kwargs: Any,
+    ) -> None:
+        self.name = name
+        self._api = api
+        self._list = list_fn
+        self._on_event = on_event
+        self._kwargs = kwargs
+        self._timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self.synced = threading.Event()
+        self.healthy = False
+        self.last_ok = 0.0
+        self.last_error = ""
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                version = self._relist()
+                backoff = 0.5
+                self._watch_from(version)
+            except ApiException as err:
+                if err.status == 410:  # our version expired: re-list at once
+                    continue
+                self._fail(f"HTTP {err.status}: {err.reason}")
+            except Exception as err:  # network errors of every kind: retry with backoff
+                self._fail(f"{type(err).__name__}: {err}")
+            if not self._stop.is_set():
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _fail(self, message: str) -> None:
+        if self.healthy or message != self.last_error:
+            log.warning("informer %s failed: %s", self.name, message)
+        self.healthy = False
+        self.last_error = message
+        self._on_event("ERROR", None)
+
+    def _relist(self) -> str:
+        result = self._list(**self._kwargs, _request_timeout=30)
+        items = result.items or []
+        sanitize = self._api.sanitize_for_serialization
+        self._on_event("LIST", {"items": [sanitize(i) for i in items]})
+        self.healthy = True
+        self.last_ok = time.monotonic()
+        self.last_error = ""
+        self.synced.set()
+        self._on_event("SYNCED", None)
+        return str(result.metadata.resource_version)
+
+    def _watch_from(self, version: str) -> None:
+        sanitize = self._api.sanitize_for_serialization
+        while not self._stop.is_set():
+            self._watch = watch.Watch()
+            stream = self._watch.stream(
+                self._list,
+                resource_version=version,
+                timeout_seconds=self._timeout_s,
+                allow_watch_bookmarks=True,
+                _request_timeout=self._timeout_s + 15,
+                **self._kwargs,
+            )
+            for event in stream:
+                kind = event["type"]
+                obj = event["object"]
+                if kind == "ERROR":
+                    raw = event.get("raw_object") or {}
+                    if raw.get("code") == 410:
+                        return  # expired: re-list
+                    raise RuntimeError(f"watch error: {raw}")
+                data = sanitize(obj)
+                version = str((data.get("metadata") or {}).get("resourceVersion") or version)
+                self.last_ok = time.monotonic()
+                self.healthy = True
+                if kind == "BOOKMARK":
+                    continue
+                self._on_event(kind, data)
+            self.last_ok = time.monotonic()
+            # stream ended by timeout: resume from the last version seen

@@ -1,0 +1,289 @@
+"""Member clusters: their clients, informers and inventory.
+
+A :class:`Member` watches its cluster's nodes, bound pods and cpn's Jobs and
+turns them into a core :class:`~cpn.core.model.Cluster`. The API's own
+accounting (requests of bound, unfinished pods) decides what is free; pods
+that belong to cpn's Jobs are left to the hub's store, which knows about Jobs
+whose pods do not exist yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from cpn.adapters.kube import Informer
+from cpn.api import constants as k
+from cpn.core.model import Cluster, Node
+from predictor.catalog import UnknownName, canonical_gpu
+
+log = logging.getLogger(__name__)
+
+_GIB = float(1 << 30)
+_DONE_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+#: (member name, kind: "nodes"|"pods"|"jobs", event type, object or None)
+MemberEventFn = Callable[[str, str, str, Mapping[str, Any] | None], None]
+
+
+def _qty(value: Any, scale: float = 1.0) -> float:
+    if value is None:
+        return 0.0
+    try:
+        return float(parse_quantity(value)) / scale
+    except (ValueError, TypeError):
+        return 0.0
+
+
+@dataclass(slots=True)
+class Usage:
+    """Resources one or more pods take on a node."""
+
+    gpus: float = 0.0
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+
+
+def pod_usage(pod: Mapping[str, Any]) -> Usage:
+    """Requests of a pod (GPU limits count: extended resources have requests = limits)."""
+    usage = Usage()
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        res = container.get("resources") or {}
+        requests = res.get("requests") or {}
+        limits = res.get("limits") or {}
+        usage.gpus += _qty(limits.get(k.GPU_RESOURCE, requests.get(k.GPU_RESOURCE)))
+        usage.cpu += _qty(requests.get("cpu", limits.get("cpu")))
+        usage.memory_gib += _qty(requests.get("memory", limits.get("memory")), _GIB)
+    return usage
+
+
+@dataclass(slots=True)
+class MemberSpec:
+    """What the MemberCluster object says."""
+
+    name: str
+    namespace: str = "cpn-jobs"
+    prometheus_url: str = ""
+    location: str = ""
+    bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)
+    unschedulable: bool = False
+
+
+class Member:
+    """One member cluster as the hub sees it."""
+
+    def __init__(
+        self, spec: MemberSpec, api: client.ApiClient, hub: str, on_event: MemberEventFn
+    ) -> None:
+        self.spec = spec
+        self.api = api
+        self.hub = hub
+        self.nodes: dict[str, Mapping[str, Any]] = {}
+        self.pods: dict[str, tuple[str, Usage, bool]] = {}  # uid -> (node, usage, cpn-owned)
+        self.jobs: dict[str, Mapping[str, Any]] = {}  # member Job name -> Job
+        self._on_event = on_event
+        # Any: the client's typed signatures want model objects; we pass plain dicts.
+        self.core: Any = client.CoreV1Api(api)
+        self.batch: Any = client.BatchV1Api(api)
+        name = spec.name
+        self.informers = [
+            Informer(f"{name}/nodes", api, self.core.list_node, self._handler("nodes")),
+            Informer(
+                f"{name}/pods",
+                api,
+                self.core.list_pod_for_all_namespaces,
+                self._handler("pods"),
+                field_selector="spec.nodeName!=",
+            ),
+            Informer(
+                f"{name}/jobs",
+                api,
+                self.batch.list_namespaced_job,
+                self._handler("jobs"),
+                namespace=spec.namespace,
+                label_selector=f"{k.LABEL_HUB}={hub}",
+            ),
+        ]
+        self.unknown_types: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def ready(self, timeout_s: float) -> tuple[bool, str]:
+        """Whether the member answers, and why not."""
+        now = time.monotonic()
+        for informer in self.informers:
+            if not informer.synced.is_set():
+                return False, f"{informer.name}: not listed yet {informer.last_error}".strip()
+            if not informer.healthy and now - informer.last_ok > timeout_s:
+                return False, f"{informer.name}: {informer.last_error or 'unreachable'}"
+        return True, ""
+
+    def _handler(self, kind: str) -> Callable[[str, Mapping[str, Any] | None], None]:
+        def handle(event: str, obj: Mapping[str, Any] | None) -> None:
+            self._apply(kind, event, obj)
+            self._on_event(self.name, kind, event, obj)
+
+        return handle
+
+    def _apply(self, kind: str, event: str, obj: Mapping[str, Any] | None) -> None:
+        """Update the mirror (runs on the informer's thread; dict assignments are atomic)."""
+        if obj is None:
+            return
+        if event == "LIST":
+            items = obj.get("items") or []
+            if kind == "nodes":
+                self.nodes = {i["metadata"]["name"]: i for i in items}
+            elif kind == "pods":
+                self.pods = {}
+                for pod in items:
+                    self._apply("pods", "ADDED", pod)
+            else:
+                self.jobs = {i["metadata"]["name"]: i for i in items}
+            return
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            if event == "DELETED":
+                self.nodes.pop(meta["name"], None)
+            else:
+                self.nodes[meta["name"]] = obj
+        elif kind == "jobs":
+            if event == "DELETED":
+                self.jobs.pop(meta["name"], None)
+            else:
+                self.jobs[meta["name"]] = obj
+        else:
+            uid = meta.get("uid", "")
+            phase = (obj.get("status") or {}).get("phase")
+            if event == "DELETED" or phase in _DONE_POD_PHASES:
+                self.pods.pop(uid, None)
+            else:
+                node = (obj.get("spec") or {}).get("nodeName") or ""
+                owned = k.LABEL_UID in (meta.get("labels") or {})
+                self.pods[uid] = (node, pod_usage(obj), owned)
+
+    def cluster(
+        self,
+        cpn_usage: Mapping[str, Usage],
+        *,
+        ready: bool,
+        cpu_util: Mapping[str, float] | None = None,
+    ) -> Cluster:
+        """The core view: nodes with GPUs, free = allocatable - others' pods - cpn's jobs."""
+        other: dict[str, Usage] = {}
+        for node_name, usage, owned in list(self.pods.values()):
+            if owned:
+                continue
+            total = other.setdefault(node_name, Usage())
+            total.gpus += usage.gpus
+            total.cpu += usage.cpu
+            total.memory_gib += usage.memory_gib
+        nodes = []
+        for name, obj in sorted(self.nodes.items()):
+            node = self._node(
+                name,
+                obj,
+                other.get(name, Usage()),
+                cpn_usage.get(name, Usage()),
+                (cpu_util or {}).get(name),
+            )
+            if node is not None:
+                nodes.append(node)
+        return Cluster(
+            name=self.name,
+            nodes=tuple(nodes),
+            ready=ready and not self.spec.unschedulable,
+            location=self.spec.location,
+        )
+
+    def _node(
+        self, name: str, obj: Mapping[str, Any], other: Usage, ours: Usage, cpu_util: float | None
+    ) -> Node | None:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        product = labels.get(k.GPU_PRODUCT_LABEL)
+        status = obj.get("status") or {}
+        alloc = status.get("allocatable") or {}
+        gpus = int(_qty(alloc.get(k.GPU_RESOURCE)))
+        if not product or gpus <= 0:
+            return None
+        try:
+            gpu_type = canonical_gpu(product)
+        except UnknownName:
+            if product not in self.unknown_types:
+                log.warning(
+                    "member %s node %s: unknown GPU product %r; node ignored",
+                    self.name,
+                    name,
+                    product,
+                )
+                self.unknown_types.add(product)
+            return None
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        cpu = _qty(alloc.get("cpu"))
+        memory = _qty(alloc.get("memory"), _GIB)
+        gpu_memory = _qty(labels.get(k.GPU_MEMORY_LABEL)) / 1024.0
+        return Node(
+            cluster=self.name,
+            name=name,
+            gpu_type=gpu_type,
+            gpus=gpus,
+            free_gpus=gpus - other.gpus - ours.gpus,
+            gpu_memory_gib=gpu_memory,
+            cpu=cpu,
+            free_cpu=cpu - other.cpu - ours.cpu,
+            memory_gib=memory,
+            free_memory_gib=memory - other.memory_gib - ours.memory_gib,
+            cpu_util=cpu_util,
+            schedulable=ready and not (obj.get("spec") or {}).get("unschedulable", False),
+        )
+
+    # -- writes (called from worker threads) ---------------------------------------------
+    def create_job(self, manifest: Mapping[str, Any]) -> str:
+        """Create a member Job; AlreadyExists counts as success. Returns the Job's uid or ""."""
+        namespace = manifest["metadata"]["namespace"]
+        try:
+            created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
+            return str(created.metadata.uid)
+        except ApiException as err:
+            if err.status == 409:
+                return ""
+            if err.status == 404:  # namespace missing: create it once, then retry
+                self.core.create_namespace({"metadata": {"name": namespace}}, _request_timeout=30)
+                created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
+                return str(created.metadata.uid)
+            raise
+
+    def delete_job(self, name: str) -> None:
+        """Delete a member Job and its pods; a missing Job counts as deleted."""
+        try:
+            self.batch.delete_namespaced_job(
+                name,
+                self.spec.namespace,
+                propagation_policy="Background",
+                _request_timeout=30,
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise

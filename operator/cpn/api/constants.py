@@ -1,0 +1,56 @@
+"""Names shared with Kubernetes: API group, labels, annotations, condition types and reasons."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "cpn.io"
+VERSION: Final = "v1alpha1"
+AIJOB_PLURAL: Final = "aijobs"
+MEMBER_PLURAL: Final = "memberclusters"
+
+#: Finalizer that makes deleting an AIJob delete its member Job first.
+FINALIZER: Final = "cpn.io/member-job"
+
+# Labels on member Jobs (owner references cannot cross clusters).
+LABEL_HUB: Final = "cpn.io/hub"
+LABEL_NAMESPACE: Final = "cpn.io/aijob-namespace"
+LABEL_NAME: Final = "cpn.io/aijob-name"
+LABEL_UID: Final = "cpn.io/aijob-uid"
+LABEL_ATTEMPT: Final = "cpn.io/attempt"
+LABEL_MANAGED: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "cpn"
+
+# Namespace labels that say who owns the jobs in it (set by admins, not users).
+LABEL_USER: Final = "cpn.io/user"
+LABEL_GROUP: Final = "cpn.io/group"
+
+#: Template annotation: JSON {annotation: {gpu type: value}} resolved for the chosen GPU type.
+ANNOTATION_PER_GPU_TYPE: Final = "cpn.io/per-gpu-type"
+ANNOTATION_GPU_TYPE: Final = "cpn.io/gpu-type"
+ANNOTATION_HAMI_POOL: Final = "hami.io/resource-pool"
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+HAMI_GPU_MEMORY: Final = "nvidia.com/gpumem"  # MiB per GPU
+HAMI_GPU_CORES: Final = "nvidia.com/gpucores"  # percent of one GPU
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"  # MiB
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
+# AIJob phases.
+PHASE_QUEUED: Final = "Queued"
+PHASE_DISPATCHED: Final = "Dispatched"
+PHASE_RUNNING: Final = "Running"
+PHASE_SUCCEEDED: Final = "Succeeded"
+PHASE_FAILED: Final = "Failed"
+PHASE_SUSPENDED: Final = "Suspended"
+PHASE_INVALID: Final = "Invalid"
+FINISHED_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED, PHASE_INVALID})
+
+# Condition types (PascalCase, as Kubernetes and Kueue use).
+COND_VALID: Final = "Valid"
+COND_ADMITTED: Final = "Admitted"  # placed and dispatched to a member cluster
+COND_RUNNING: Final = "Running"
+COND_FINISHED: Final = "Finished"
+COND_READY: Final = "Ready"  # MemberCluster
+COND_METRICS: Final = "MetricsFresh"  # MemberCluster

@@ -1,0 +1,155 @@
+"""Render the member cluster's ``batch/v1`` Job for one attempt of an AIJob.
+
+The Job's name comes from the AIJob's UID and the attempt number, so creating
+it twice is harmless (the second create answers AlreadyExists). Origin labels
+tie it back to the AIJob across clusters, where owner references cannot reach.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from cpn.api import constants as k
+from cpn.core.model import Start
+
+_MAX_NAME = 63
+
+
+def member_job_name(name: str, uid: str, attempt: int) -> str:
+    """``<name>-<uid[:8]>-<attempt>``, cut to a valid 63-character DNS label."""
+    suffix = f"-{uid.replace('-', '')[:8]}-{attempt}"
+    return name[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
+
+
+def origin_labels(body: Mapping[str, Any], hub: str, attempt: int) -> dict[str, str]:
+    """Labels that name the AIJob a member Job belongs to."""
+    meta = body["metadata"]
+    return {
+        k.LABEL_MANAGED: k.MANAGED_BY,
+        k.LABEL_HUB: hub,
+        k.LABEL_NAMESPACE: meta["namespace"],
+        k.LABEL_NAME: meta["name"][:63].rstrip("-."),
+        k.LABEL_UID: meta["uid"],
+        k.LABEL_ATTEMPT: str(attempt),
+    }
+
+
+def _per_type_annotations(annotations: Mapping[str, str], gpu_type: str) -> dict[str, str]:
+    raw = annotations.get(k.ANNOTATION_PER_GPU_TYPE)
+    if not raw:
+        return {}
+    try:
+        table = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    out = {}
+    if isinstance(table, Mapping):
+        for name, values in table.items():
+            if isinstance(values, Mapping) and gpu_type in values:
+                out[str(name)] = str(values[gpu_type])
+    return out
+
+
+def render_job(
+    body: Mapping[str, Any],
+    start: Start,
+    *,
+    attempt: int,
+    hub: str,
+    namespace: str,
+    affinity: str = "node",
+    gpu_product: str | None = None,
+    hami_pool: str | None = None,
+) -> dict[str, Any]:
+    """The batch/v1 Job that runs ``start`` of the AIJob ``body`` on its member cluster.
+
+    ``affinity`` is ``node`` (required affinity to the chosen nodes) or
+    ``gpu-type`` (only to nodes whose ``nvidia.com/gpu.product`` is
+    ``gpu_product``). Retries are cpn's, so the Job itself never retries.
+    """
+    spec = body["spec"]
+    meta = body["metadata"]
+    res = spec.get("resources") or {}
+    workers = int(spec.get("workers", 1))
+    template = copy.deepcopy(dict(spec["template"]))
+    pod_meta = dict(template.get("metadata") or {})
+    pod_spec = dict(template.get("spec") or {})
+    labels = origin_labels(body, hub, attempt)
+    annotations = dict(pod_meta.get("annotations") or {})
+    annotations.update(_per_type_annotations(annotations, start.gpu_type))
+    annotations[k.ANNOTATION_GPU_TYPE] = start.gpu_type
+    share = float(res.get("gpuShare", 1.0))
+    if share < 1.0 and hami_pool:
+        annotations[k.ANNOTATION_HAMI_POOL] = hami_pool
+    pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
+    pod_meta["annotations"] = annotations
+    if affinity == "gpu-type" and gpu_product:
+        term = {"key": k.GPU_PRODUCT_LABEL, "operator": "In", "values": [gpu_product]}
+    else:
+        term = {"key": k.HOSTNAME_LABEL, "operator": "In", "values": sorted(set(start.nodes))}
+    pod_spec["affinity"] = {
+        **(pod_spec.get("affinity") or {}),
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [term]}]
+            }
+        },
+    }
+    pod_spec.setdefault("restartPolicy", "Never")
+    pod_spec["containers"] = [
+        _with_resources(c, index == 0, res, share, start)
+        for index, c in enumerate(pod_spec.get("containers") or [])
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": member_job_name(meta["name"], meta["uid"], attempt),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"cpn.io/aijob": f"{meta['namespace']}/{meta['name']}"},
+        },
+        "spec": {
+            "parallelism": workers,
+            "completions": workers,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        },
+    }
+
+
+def _with_resources(
+    container: Mapping[str, Any], first: bool, res: Mapping[str, Any], share: float, start: Start
+) -> dict[str, Any]:
+    """The first container gets the GPU limit (and HAMi's share limits); all get cpn's env."""
+    out = dict(container)
+    env = list(out.get("env") or [])
+    env += [
+        {"name": "CPN_GPU_TYPE", "value": start.gpu_type},
+        {"name": "CPN_CLUSTER", "value": start.cluster},
+    ]
+    out["env"] = env
+    if not first:
+        return out
+    resources = dict(out.get("resources") or {})
+    limits = dict(resources.get("limits") or {})
+    requests = dict(resources.get("requests") or {})
+    gpus = int(res.get("gpus", 0))
+    if gpus > 0:
+        limits[k.GPU_RESOURCE] = str(gpus)
+        if share < 1.0:
+            limits[k.HAMI_GPU_CORES] = str(round(share * 100))
+            if res.get("gpuMemoryGiB"):
+                limits[k.HAMI_GPU_MEMORY] = str(round(float(res["gpuMemoryGiB"]) * 1024))
+    for name, key in (("cpu", "cpu"), ("memory", "memory")):
+        if res.get(name) is not None:
+            requests[key] = str(res[name])
+    resources["limits"] = limits
+    if requests:
+        resources["requests"] = requests
+    out["resources"] = resources
+    return out

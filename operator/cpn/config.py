@@ -1,0 +1,62 @@
+"""Process configuration of the operator: one frozen value, read once at start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorConfig:
+    """How the operator runs. Each field can be set by ``CPN_<FIELD>`` in the environment."""
+
+    namespace: str = "cpn-system"
+    """Namespace of the policy ConfigMap, the member kubeconfig Secrets and the Lease."""
+    policy_configmap: str = "cpn-policy"
+    """Name of the policy ConfigMap (the document is under the data key ``policy.yaml``)."""
+    hub: str = "hub"
+    """Name of this hub, written on member Jobs' origin labels."""
+    interval_s: float = 30.0
+    """Safety-net period of the scheduling loop; events trigger it sooner."""
+    debounce_s: float = 0.2
+    """Events within this window are merged into one cycle."""
+    member_timeout_s: float = 60.0
+    """A member whose API does not answer this long is NotReady; its jobs are requeued."""
+    metrics_max_age_s: float = 120.0
+    """Prometheus samples older than this are ignored (the API's accounting still holds)."""
+    history_db: str = ""
+    """SQLite file of finished jobs for the predictor ("" = in memory)."""
+    predictor_artifact: str = ""
+    """Trained predictor artifact; "" trains from the bundled benchmark table."""
+    decision_log: str = ""
+    """File for the JSON decision log ("-" = stdout, "" = off)."""
+    metrics_port: int = 0
+    """Port of /metrics and /healthz on 127.0.0.1 (0 = off)."""
+    dispatch_workers: int = 16
+    """Parallel API calls when dispatching."""
+    leader_election: bool = False
+    """Run only while holding the Lease (for two replicas, one active)."""
+    lease_duration_s: float = 15.0
+    dry_run: bool = False
+    """Decide and log, but create no member Jobs."""
+
+
+def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> OperatorConfig:
+    """Build the config from ``CPN_*`` variables, then ``overrides``; raises ValueError."""
+    env = os.environ if env is None else env
+    values: dict[str, object] = {}
+    for f in fields(OperatorConfig):
+        raw = env.get(f"CPN_{f.name.upper()}")
+        if raw is None:
+            continue
+        kind = type(getattr(OperatorConfig(), f.name))
+        try:
+            if kind is bool:
+                values[f.name] = raw.strip().lower() in {"1", "true", "yes", "on"}
+            else:
+                values[f.name] = kind(raw)
+        except ValueError as err:
+            raise ValueError(f"CPN_{f.name.upper()}={raw!r}: {err}") from err
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return OperatorConfig(**values)  # type: ignore[arg-type]

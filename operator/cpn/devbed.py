@@ -1,0 +1,172 @@
+"""Glue between the local test bed and the operator: register members, run the operator.
+
+Used by ``make demo`` and the end-to-end tests. It does on the hub what an
+admin does on a real one: install the CRDs (with the real ``kubectl``), create
+the operator's namespace, one kubeconfig Secret and one MemberCluster per
+member, and the policy ConfigMap.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cpn.adapters.kube import client_from_kubeconfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "crds"
+DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
+NAMESPACE = "cpn-system"
+_FILE_KEYS = {
+    "certificate-authority": "certificate-authority-data",
+    "client-certificate": "client-certificate-data",
+    "client-key": "client-key-data",
+}
+
+
+def embedded_kubeconfig(path: Path) -> str:
+    """The kubeconfig with every referenced file inlined (so it can live in a Secret)."""
+    doc = yaml.safe_load(path.read_text())
+    for section in ("clusters", "users"):
+        for entry in doc.get(section) or []:
+            body = entry.get("cluster") or entry.get("user") or {}
+            for file_key, data_key in _FILE_KEYS.items():
+                if file_key in body:
+                    body[data_key] = base64.b64encode(
+                        Path(body.pop(file_key)).read_bytes()
+                    ).decode()
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _upsert(create: Any, replace: Any, *args: Any) -> None:
+    try:
+        create(*args)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        name = args[-1]["metadata"]["name"]
+        replace(name, *args)
+
+
+def policy_configmap(policy_yaml: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cpn-policy", "namespace": namespace},
+        "data": {"policy.yaml": policy_yaml},
+    }
+
+
+def bootstrap(
+    kubectl: Path | str,
+    hub_kubeconfig: Path,
+    members: Mapping[str, Path],
+    *,
+    prometheus: Mapping[str, str] | None = None,
+    policy_yaml: str | None = None,
+    bandwidth_gbps: float = 10.0,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Install CRDs, namespace, member Secrets and MemberClusters, and the policy on the hub."""
+    env = {**os.environ, "KUBECONFIG": str(hub_kubeconfig)}
+    subprocess.run(
+        [str(kubectl), "apply", "--server-side", "-f", str(CRDS)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            str(kubectl),
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/aijobs.cpn.io",
+            "crd/memberclusters.cpn.io",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    api = client_from_kubeconfig(hub_kubeconfig.read_text())
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    text = policy_yaml if policy_yaml is not None else DEFAULT_POLICY.read_text()
+    _upsert(
+        core.create_namespaced_config_map,
+        core.replace_namespaced_config_map,
+        namespace,
+        policy_configmap(text, namespace),
+    )
+    names = sorted(members)
+    for name in names:
+        secret = {
+            "metadata": {"name": f"member-{name}", "namespace": namespace},
+            "stringData": {"kubeconfig": embedded_kubeconfig(members[name])},
+        }
+        _upsert(core.create_namespaced_secret, core.replace_namespaced_secret, namespace, secret)
+        body = {
+            "apiVersion": "cpn.io/v1alpha1",
+            "kind": "MemberCluster",
+            "metadata": {"name": name},
+            "spec": {
+                "kubeconfigSecret": {"name": f"member-{name}"},
+                "prometheusURL": (prometheus or {}).get(name, ""),
+                "bandwidthGbps": {o: bandwidth_gbps for o in names if o != name},
+            },
+        }
+        try:
+            custom.create_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    api.close()
+
+
+def operator_env(hub_kubeconfig: Path, **settings: object) -> dict[str, str]:
+    """Environment of an operator process pointed at the hub."""
+    env = {**os.environ, "KUBECONFIG": str(hub_kubeconfig), "CPN_NAMESPACE": NAMESPACE}
+    env.update({f"CPN_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+def start_operator(
+    hub_kubeconfig: Path, log_path: Path, *, args: Sequence[str] = (), **settings: object
+) -> subprocess.Popen[bytes]:
+    """Start ``cpn run`` as its own process (so tests can SIGKILL it), logging to a file."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "cpn", "run", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=operator_env(hub_kubeconfig, **settings),
+            start_new_session=True,
+        )
+
+
+def wait_until(predicate: Any, *, timeout_s: float, what: str, every_s: float = 0.25) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; raise TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(every_s)

@@ -1,0 +1,76 @@
+"""Start-up and clean-up: the composition root. Builds the runtime and keeps it in memo."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from cpn.adapters.kube import hub_client
+from cpn.config import load_config
+from cpn.runtime.engine import Runtime
+
+
+def _post_event(body: Any, reason: str, message: str, warning: bool) -> None:
+    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message[:1000])
+
+
+def build_estimator(history_db: str, artifact: str) -> Any:
+    """The learned predictor; construction never fails the operator."""
+    from predictor.online import PredictorEstimator
+
+    return PredictorEstimator(
+        history=history_db or ":memory:", artifact=artifact or None, retrain="thread"
+    )
+
+
+@kopf.on.startup()
+async def operator_started(
+    settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: Any
+) -> None:
+    config = load_config()
+    # Our finalizer name, so `kubectl get aijob -o yaml` says whose it is.
+    settings.persistence.finalizer = "cpn.io/finalizer"
+    # Events are how users learn why their job waits: post them at info level too.
+    settings.posting.level = logging.INFO
+    # Watches are re-established at least this often (fresh resourceVersions).
+    settings.watching.server_timeout = 120
+    settings.networking.request_timeout = 60
+    runtime = Runtime(
+        config,
+        hub_client(),
+        build_estimator(config.history_db, config.predictor_artifact),
+        post_event=_post_event,
+    )
+    memo.runtime = runtime
+    memo.loop_task = asyncio.create_task(runtime.run(), name="cpn-scheduler")
+    memo.sweep_task = asyncio.create_task(_sweeper(runtime), name="cpn-sweeper")
+    logger.info("cpn operator started", extra={"namespace": config.namespace})
+
+
+async def _sweeper(runtime: Runtime) -> None:
+    while True:
+        await asyncio.sleep(max(runtime.config.interval_s, 5.0))
+        try:
+            await runtime.sweep()
+        except Exception:
+            logging.getLogger(__name__).exception("sweep failed")
+
+
+@kopf.on.cleanup()
+async def operator_stopping(memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    for name in ("loop_task", "sweep_task"):
+        task = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
+    if runtime is not None:
+        await runtime.stop()
+
+
+@kopf.on.probe(id="cycles")
+def cycles_probe(memo: kopf.Memo, **_: Any) -> int:
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    return runtime.cycles if runtime else 0

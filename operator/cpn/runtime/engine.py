@@ -1,0 +1,805 @@
+"""The operator's engine: ingest events, run cycles, dispatch, follow, report.
+
+Everything here runs on the asyncio loop's thread, except the pure
+``plan_cycle`` (in a worker thread, off kopf's loop) and blocking API calls
+(in a thread pool). Member informers call back from their own threads and hop
+onto the loop with ``call_soon_threadsafe``.
+
+Order of a dispatch, chosen so that a crash at any point loses and duplicates
+nothing: (1) the record is marked Dispatched in memory (the *assume*), (2) the
+member Job is created under a name derived from the AIJob's UID and attempt
+(AlreadyExists counts as success), (3) the AIJob's status is patched. After a
+restart the member Jobs' origin labels are matched back to their AIJobs before
+the first cycle runs, so a Job created just before a crash is adopted, not
+created twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cpn.adapters.kube import client_from_kubeconfig
+from cpn.adapters.members import Member, MemberSpec
+from cpn.api import constants as k
+from cpn.api.aijob import parse_time
+from cpn.api.jobs import render_job
+from cpn.api.policy import parse_policy_configmap
+from cpn.api.status import clock, condition, human_duration, merge_patch, rfc3339
+from cpn.config import OperatorConfig
+from cpn.core.cycle import plan_cycle
+from cpn.core.errors import PolicyError
+from cpn.core.estimator import Estimator
+from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
+from cpn.core.policy import QueuePolicy
+from cpn.runtime.store import Record, Store
+
+log = logging.getLogger(__name__)
+
+EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
+
+
+def _no_events(body: Mapping[str, Any], reason: str, message: str, warning: bool) -> None:
+    return None
+
+
+class Runtime:
+    """The live scheduler: one per operator process."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        hub: client.ApiClient,
+        estimator: Estimator,
+        *,
+        clock_fn: Callable[[], float] = time.time,
+        post_event: EventPoster = _no_events,
+    ) -> None:
+        self.config = config
+        self.hub = hub
+        self.custom = client.CustomObjectsApi(hub)
+        self.core = client.CoreV1Api(hub)
+        self.store = Store(QueuePolicy(), estimator)
+        self.estimator = estimator
+        self.members: dict[str, Member] = {}
+        self.member_status: dict[str, tuple[bool, str]] = {}
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.clock = clock_fn
+        self.post_event = post_event
+        self.pool = ThreadPoolExecutor(
+            max_workers=config.dispatch_workers, thread_name_prefix="cpn-api"
+        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._kick = asyncio.Event()
+        self.cycles = 0
+        self.last_plan: CyclePlan | None = None
+        self.last_snapshot: Snapshot | None = None
+        self.policy_error = ""
+        self._stopping = False
+        self._not_ready_since: dict[str, float] = {}
+        self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
+        self.member_specs: dict[str, Any] = {}
+
+    # -- plumbing --------------------------------------------------------------------------
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking API call in the pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def kick(self) -> None:
+        """Ask for a cycle soon (merged with other kicks)."""
+        self._kick.set()
+
+    def _threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    # -- ingestion ---------------------------------------------------------------------------
+    def owner_of(self, namespace: str) -> tuple[str, str]:
+        """User and group of a namespace: the policy's mapping, then its labels, then its name."""
+        mapped = self.store.policy.namespaces.get(namespace)
+        if mapped:
+            return mapped
+        labels = self.namespaces.get(namespace, {})
+        return labels.get(k.LABEL_USER, namespace), labels.get(k.LABEL_GROUP, namespace)
+
+    def namespace_event(self, event: str, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if event == "DELETED":
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = dict(body["metadata"].get("labels") or {})
+        for record in self.store.records.values():
+            if record.namespace == name:
+                user, group = self.owner_of(name)
+                self.store.upsert(record.body, user=user, group=group)
+
+    def aijob_event(self, event: str, body: Mapping[str, Any]) -> None:
+        """A watch event of an AIJob."""
+        meta = body["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if event == "DELETED":
+            record = self.store.records.get(key)
+            if record is not None and record.uid == meta.get("uid"):
+                self.store.remove(key)
+                self.kick()
+            return
+        user, group = self.owner_of(meta["namespace"])
+        record = self.store.upsert(body, user=user, group=group)
+        record.written = _ours(body.get("status") or {}, record.written)
+        if record.job is not None and record.job.suspended and record.active:
+            self.kick()
+        self.kick()
+
+    async def aijob_deleting(self, body: Mapping[str, Any]) -> None:
+        """Finalizer: delete the member Job before the AIJob goes."""
+        meta = body["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        record = self.store.records.get(key)
+        status = body.get("status") or {}
+        cluster = (record.cluster if record else "") or status.get("cluster", "")
+        job_name = (record.member_job if record else "") or (status.get("memberJob") or {}).get(
+            "name", ""
+        )
+        member = self.members.get(cluster)
+        if member is not None and job_name:
+            await self.call(member.delete_job, job_name)
+        elif job_name and cluster:
+            raise RuntimeError(f"member {cluster} unknown: cannot delete Job {job_name} yet")
+        if record is not None:
+            record.deleting = True
+            self.store.remove(key)
+        self.kick()
+
+    def policy_event(self, body: Mapping[str, Any]) -> str:
+        """A new policy ConfigMap; returns "" when taken, else why it was refused."""
+        try:
+            policy = parse_policy_configmap(body)
+        except PolicyError as err:
+            self.policy_error = str(err)
+            return self.policy_error
+        self.policy_error = ""
+        self.store.policy = policy
+        for namespace in {r.namespace for r in self.store.records.values()}:
+            user, group = self.owner_of(namespace)
+            for record in [r for r in self.store.records.values() if r.namespace == namespace]:
+                self.store.upsert(record.body, user=user, group=group)
+        self.kick()
+        return ""
+
+    async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
+        """A MemberCluster was added, changed or removed."""
+        name = body["metadata"]["name"]
+        old = self.members.pop(name, None)
+        if old is not None:
+            old.stop()
+        if event == "DELETED":
+            self.member_status.pop(name, None)
+            self.kick()
+            return
+        spec = body.get("spec") or {}
+        secret_ref = spec.get("kubeconfigSecret") or {}
+        try:
+            secret = await self.call(
+                self.core.read_namespaced_secret, secret_ref.get("name", ""), self.config.namespace
+            )
+            raw = (secret.data or {}).get(secret_ref.get("key") or "kubeconfig")
+            if not raw:
+                raise ValueError(
+                    f"secret {secret_ref.get('name')} has no key "
+                    f"{secret_ref.get('key') or 'kubeconfig'!r}"
+                )
+            api = client_from_kubeconfig(base64.b64decode(raw).decode())
+        except (ApiException, ValueError) as err:
+            reason = getattr(err, "reason", None) or str(err)
+            self.member_status[name] = (False, f"kubeconfig: {reason}")
+            await self.write_member_status(name, body)
+            return
+        member_spec = MemberSpec(
+            name=name,
+            namespace=spec.get("namespace") or "cpn-jobs",
+            prometheus_url=spec.get("prometheusURL") or "",
+            location=spec.get("location") or "",
+            bandwidth_gbps={str(a): float(b) for a, b in (spec.get("bandwidthGbps") or {}).items()},
+            unschedulable=bool(spec.get("unschedulable", False)),
+        )
+        member = Member(member_spec, api, self.config.hub, self._member_callback)
+        self.members[name] = member
+        member.start()
+        self.kick()
+
+    def _member_callback(
+        self, member: str, kind: str, event: str, obj: Mapping[str, Any] | None
+    ) -> None:
+        self._threadsafe(self._on_member, member, kind, event, obj)
+
+    def _on_member(
+        self, member_name: str, kind: str, event: str, obj: Mapping[str, Any] | None
+    ) -> None:
+        member = self.members.get(member_name)
+        if member is None:
+            return
+        if kind == "jobs" and obj is not None and event in {"ADDED", "MODIFIED", "DELETED"}:
+            self._follow(member, event, obj)
+        elif kind == "jobs" and event == "LIST" and obj is not None:
+            for item in obj.get("items") or []:
+                self._follow(member, "ADDED", item)
+        if kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
+            self.kick()
+
+    # -- following member Jobs -----------------------------------------------------------------
+    def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        uid = labels.get(k.LABEL_UID, "")
+        attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
+        name = job["metadata"]["name"]
+        record = self.store.by_uid(uid)
+        if record is None:
+            return  # an orphan: the sweep deletes it once AIJobs are listed
+        if record.finished or record.phase == k.PHASE_INVALID:
+            return
+        if attempt != record.attempts or (
+            record.active and record.cluster and record.cluster != member.name
+        ):
+            if attempt == record.attempts + 1 and not record.active and event != "DELETED":
+                self._adopt(record, member, job, attempt)  # created just before a crash
+            else:
+                return  # a stale attempt: the sweep removes it
+        if not record.active or record.member_job != name:
+            return
+        if event == "DELETED":
+            self._attempt_failed(record, "its member Job was deleted")
+            return
+        record.observed = True
+        status = job.get("status") or {}
+        conditions = {
+            c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
+        }
+        now = self.clock()
+        if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+            finished = parse_time(status.get("completionTime")) or now
+            self._succeeded(record, finished)
+        elif "Failed" in conditions or "FailureTarget" in conditions:
+            message = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get(
+                "message"
+            ) or "a worker failed"
+            self._attempt_failed(record, message)
+        elif (
+            (status.get("ready") or 0) > 0
+            or ((status.get("active") or 0) > 0 and (status.get("ready") is None))
+        ) and record.phase != k.PHASE_RUNNING:
+            record.phase = k.PHASE_RUNNING
+            record.start_s = now
+            record.reason = "Running"
+            record.message = f"running on {record.cluster} ({record.gpu_type})"
+            self._event(record, "Started", record.message)
+            self._write_soon(record)
+
+    def _adopt(self, record: Record, member: Member, job: Mapping[str, Any], attempt: int) -> None:
+        affinity = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+            "affinity"
+        ) or {}
+        terms = (
+            (
+                (affinity.get("nodeAffinity") or {}).get(
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                )
+                or {}
+            ).get("nodeSelectorTerms")
+            or [{}]
+        )[0].get("matchExpressions") or []
+        nodes = tuple(
+            v for t in terms if t.get("key") == k.HOSTNAME_LABEL for v in t.get("values") or []
+        )
+        annotations = (((job.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+            "annotations"
+        ) or {}
+        record.attempts = attempt
+        record.phase = k.PHASE_DISPATCHED
+        record.cluster = member.name
+        record.member_job = job["metadata"]["name"]
+        record.gpu_type = annotations.get(k.ANNOTATION_GPU_TYPE, record.gpu_type)
+        record.nodes = nodes
+        record.dispatch_s = self.clock()
+        if record.job is not None:
+            record.predicted_runtime_s = record.job.estimate.runtime_s.get(record.gpu_type, 0.0)
+        self._write_soon(record)
+
+    def _succeeded(self, record: Record, finished_s: float) -> None:
+        record.phase = k.PHASE_SUCCEEDED
+        record.finish_s = finished_s
+        began = record.start_s or record.dispatch_s or finished_s
+        record.actual_s = max(0.0, finished_s - began)
+        record.reason = "Succeeded"
+        record.message = (
+            f"finished on {record.cluster} ({record.gpu_type}) in "
+            f"{human_duration(record.actual_s)}, predicted "
+            f"{human_duration(record.predicted_runtime_s)}"
+        )
+        if record.job is not None and record.actual_s > 0:
+            try:
+                self.estimator.observe(record.job, record.gpu_type, record.actual_s)
+            except Exception:  # the predictor must never take the operator down
+                log.exception("predictor failed to learn from %s", record.key)
+        self._event(record, "Succeeded", record.message)
+        self._write_soon(record)
+        self.kick()
+
+    def _attempt_failed(self, record: Record, why: str) -> None:
+        retry = self.store.policy.retry
+        member = self.members.get(record.cluster)
+        if member is not None and record.member_job:
+            self.pool.submit(_quiet, member.delete_job, record.member_job)
+        if record.attempts >= retry.max_attempts:
+            record.phase = k.PHASE_FAILED
+            record.finish_s = self.clock()
+            record.reason = "Failed"
+            record.message = f"attempt {record.attempts} failed ({why}); no retries left"
+            self._event(record, "Failed", record.message, warning=True)
+        else:
+            delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
+            record.phase = k.PHASE_QUEUED
+            record.not_before_s = self.clock() + delay
+            record.reason = "Retrying"
+            record.message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
+            self._event(record, "Retrying", record.message, warning=True)
+            self._clear_placement(record)
+        self._write_soon(record)
+        self.kick()
+
+    def _clear_placement(self, record: Record) -> None:
+        record.cluster = record.gpu_type = record.member_job = ""
+        record.nodes = ()
+        record.start_s = record.dispatch_s = 0.0
+        record.observed = False
+
+    # -- the loop -----------------------------------------------------------------------------
+    async def wait_synced(self, timeout_s: float = 60.0) -> None:
+        """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(m.synced() for m in self.members.values()):
+                return
+            await asyncio.sleep(0.05)
+
+    async def run(self) -> None:
+        """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
+        self.loop = asyncio.get_running_loop()
+        await self.list_aijobs()
+        await self.wait_synced()
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self.config.interval_s)
+            await asyncio.sleep(self.config.debounce_s)
+            self._kick.clear()
+            try:
+                await self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed; retrying on the next kick")
+                await asyncio.sleep(1.0)
+
+    async def list_aijobs(self) -> None:
+        """Seed the store with every AIJob before the first cycle (restart safety)."""
+        result = await self.call(
+            self.custom.list_cluster_custom_object, k.GROUP, k.VERSION, k.AIJOB_PLURAL
+        )
+        for body in result.get("items") or []:
+            self.aijob_event("ADDED", body)
+
+    def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
+        """Core clusters from the members, and the bandwidth table."""
+        usage = self.store.usage_by_node()
+        clusters = []
+        bandwidth: dict[str, dict[str, float]] = {}
+        now = time.monotonic()
+        for name, member in sorted(self.members.items()):
+            ready, why = member.ready(self.config.member_timeout_s)
+            self.member_status[name] = (ready, why)
+            if ready:
+                self._not_ready_since.pop(name, None)
+            else:
+                self._not_ready_since.setdefault(name, now)
+            ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
+            clusters.append(member.cluster(ours, ready=ready))
+            bandwidth[name] = dict(member.spec.bandwidth_gbps)
+        self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
+        return clusters, bandwidth
+
+    async def cycle(self) -> CyclePlan:
+        """One scheduling cycle: snapshot, plan off the loop, apply."""
+        self._requeue_lost()
+        clusters, bandwidth = self.clusters_view()
+        snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
+        started = time.perf_counter()
+        plan = await asyncio.to_thread(plan_cycle, snapshot)
+        wall = time.perf_counter() - started
+        self.cycles += 1
+        self.last_plan, self.last_snapshot = plan, snapshot
+        fields = {
+            "cycle": self.cycles,
+            "pending": len(snapshot.pending),
+            "running": len(snapshot.running),
+            "starts": len(plan.starts),
+            "holds": len(plan.holds),
+            "method": plan.stats.method,
+            "status": plan.stats.status,
+            "wall_s": round(wall, 4),
+        }
+        log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
+        await self.apply(plan, snapshot)
+        return plan
+
+    def _requeue_lost(self) -> None:
+        """Jobs on a member that has been unreachable too long go back to the queue."""
+        now = time.monotonic()
+        for name, since in list(self._not_ready_since.items()):
+            if now - since < self.config.member_timeout_s:
+                continue
+            for record in self.store.active():
+                if record.cluster == name:
+                    record.phase = k.PHASE_QUEUED
+                    record.reason = "MemberLost"
+                    record.message = f"member {name} unreachable; requeued"
+                    self._event(record, "Requeued", record.message, warning=True)
+                    self._clear_placement(record)
+                    self._write_soon(record)
+
+    async def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
+        """Carry out a plan: preempt, dispatch, and explain every hold."""
+        for preempt in plan.preemptions:
+            record = self.store.records.get(preempt.job_key)
+            if record is None:
+                continue
+            member = self.members.get(record.cluster)
+            if member is not None and record.member_job:
+                await self.call(_quiet, member.delete_job, record.member_job)
+            record.phase = k.PHASE_QUEUED
+            record.reason = "Preempted"
+            record.message = preempt.reason
+            self._event(record, "Preempted", preempt.reason, warning=True)
+            self._clear_placement(record)
+            self._write_soon(record)
+        starts = [s for s in plan.starts if s.job_key in self.store.records]
+        await asyncio.gather(*(self._dispatch(self.store.records[s.job_key], s) for s in starts))
+        for position, hold in enumerate(plan.holds, start=1):
+            record = self.store.records.get(hold.job_key)
+            if record is None or record.active or record.finished:
+                continue
+            previous = record.reason
+            record.hold = hold
+            record.phase = (
+                k.PHASE_SUSPENDED if hold.reason == WaitReason.Suspended else k.PHASE_QUEUED
+            )
+            if hold.reason == WaitReason.Infeasible:
+                record.reason = "Infeasible"
+            else:
+                record.reason = str(hold.reason)
+            record.message = hold.message
+            record.eta_start_s = hold.reserved_start_s
+            if previous != record.reason and hold.reason in {
+                WaitReason.Infeasible,
+                WaitReason.Quota,
+            }:
+                self._event(
+                    record,
+                    record.reason,
+                    hold.message,
+                    warning=hold.reason == WaitReason.Infeasible,
+                )
+            del position
+        for record in [r for r in self.store.records.values() if r.phase == k.PHASE_INVALID]:
+            if record.reason != "InvalidSpec":
+                record.reason = "InvalidSpec"
+                record.message = record.invalid
+                self._event(record, "InvalidSpec", record.invalid, warning=True)
+        await self.write_all()
+
+    async def _dispatch(self, record: Record, start: Start) -> None:
+        member = self.members.get(start.cluster)
+        if member is None or record.job is None:
+            return
+        attempt = record.attempts + 1
+        record.attempts = attempt
+        record.phase = k.PHASE_DISPATCHED
+        record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
+        record.predicted_runtime_s = start.predicted_runtime_s
+        record.transfer_s = start.transfer_s
+        record.dispatch_s = self.clock()
+        record.not_before_s = 0.0
+        manifest = render_job(
+            record.body,
+            start,
+            attempt=attempt,
+            hub=self.config.hub,
+            namespace=member.spec.namespace,
+            affinity=self.store.policy.placement.affinity,
+            gpu_product=_product_label(member, start),
+        )
+        record.member_job = manifest["metadata"]["name"]
+        record.reason = "Dispatched"
+        record.message = (
+            f"dispatched to {start.cluster} ({start.gpu_type}, "
+            f"node {', '.join(sorted(set(start.nodes)))}); predicted "
+            f"{human_duration(start.predicted_runtime_s)}"
+        )
+        if self.config.dry_run:
+            return
+        try:
+            await self.call(member.create_job, manifest)
+        except Exception as err:  # member unreachable or refusing: requeue, attempt not counted
+            record.attempts = attempt - 1
+            record.phase = k.PHASE_QUEUED
+            record.reason = "DispatchFailed"
+            record.message = f"could not create the Job on {start.cluster}: {err}"[:500]
+            self._clear_placement(record)
+            self._event(record, "DispatchFailed", record.message, warning=True)
+            return
+        self._event(record, "Dispatched", record.message)
+
+    # -- status --------------------------------------------------------------------------------
+    def render_status(self, record: Record) -> dict[str, Any]:
+        """The status the AIJob should have now."""
+        job = record.job
+        hold = record.hold if record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} else None
+        gpus = job.gpus if job else None
+        predicted = dict(job.estimate.runtime_s) if job else {}
+        best = record.predicted_runtime_s or (job.estimate.best_s() if job and predicted else 0)
+        now = self.clock()
+        prev = record.written.get("conditions") or []
+        gen = record.generation
+        waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
+        status: dict[str, Any] = {
+            "phase": record.phase,
+            "queue": (job.queue if job and job.queue else (hold.level if hold else ""))
+            or "default",
+            "level": hold.level if hold else "",
+            "user": record.user,
+            "group": record.group,
+            "position": hold.position if hold else None,
+            "score": round(hold.score, 3) if hold else None,
+            "gpus": gpus,
+            "reason": record.reason,
+            "message": record.message or record.invalid,
+            "predicted": human_duration(best) if best else "",
+            "predictedRuntimeSeconds": {t: round(v, 1) for t, v in sorted(predicted.items())},
+            "attempts": record.attempts,
+            "cluster": record.cluster or None,
+            "gpuType": record.gpu_type or None,
+            "nodes": list(record.nodes) or None,
+            "transferSeconds": round(record.transfer_s, 1) if record.cluster else None,
+            "memberJob": (
+                {
+                    "cluster": record.cluster,
+                    "name": record.member_job,
+                    "namespace": self._member_namespace(record.cluster),
+                }
+                if record.member_job
+                else None
+            ),
+            "startTime": rfc3339(record.start_s) if record.start_s else None,
+            "completionTime": rfc3339(record.finish_s) if record.finish_s else None,
+            "actualRuntimeSeconds": round(record.actual_s, 1) if record.actual_s else None,
+            "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
+        }
+        if job and job.estimate.high_s:
+            status["predictedRuntimeHighSeconds"] = {
+                t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
+            }
+        eta_start = record.eta_start_s if waiting else None
+        eta_finish = record.eta_finish_s if waiting else None
+        if record.phase in {k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
+            began = record.start_s or record.dispatch_s
+            eta_finish = began + record.transfer_s + record.predicted_runtime_s
+        status["estimatedStart"] = rfc3339(eta_start)
+        status["estimatedFinish"] = rfc3339(eta_finish)
+        status["eta"] = clock(eta_start if waiting else eta_finish) or None
+        conditions = [
+            condition(
+                k.COND_VALID,
+                not record.invalid and record.reason != "Infeasible",
+                "InvalidSpec"
+                if record.invalid
+                else ("Infeasible" if record.reason == "Infeasible" else "Valid"),
+                record.invalid or (record.message if record.reason == "Infeasible" else "accepted"),
+                generation=gen,
+                now_s=now,
+                previous=prev,
+            ),
+            condition(
+                k.COND_ADMITTED,
+                record.phase not in {k.PHASE_QUEUED, k.PHASE_SUSPENDED, k.PHASE_INVALID},
+                record.reason or "Pending",
+                record.message or "",
+                generation=gen,
+                now_s=now,
+                previous=prev,
+            ),
+        ]
+        if record.phase in {k.PHASE_RUNNING, k.PHASE_SUCCEEDED, k.PHASE_FAILED}:
+            conditions.append(
+                condition(
+                    k.COND_RUNNING,
+                    record.phase == k.PHASE_RUNNING,
+                    record.phase,
+                    record.message,
+                    generation=gen,
+                    now_s=now,
+                    previous=prev,
+                )
+            )
+        if record.finished:
+            conditions.append(
+                condition(
+                    k.COND_FINISHED,
+                    True,
+                    record.reason or record.phase,
+                    record.message or record.invalid,
+                    generation=gen,
+                    now_s=now,
+                    previous=prev,
+                )
+            )
+        status["conditions"] = conditions
+        return {key: value for key, value in status.items() if value is not None}
+
+    def _member_namespace(self, cluster: str) -> str:
+        member = self.members.get(cluster)
+        return member.spec.namespace if member else ""
+
+    def _write_soon(self, record: Record) -> None:
+        if self.loop is not None:
+            self.loop.create_task(self.write_status(record))
+
+    async def write_status(self, record: Record) -> None:
+        """Merge-patch the AIJob's status with what changed since the last write."""
+        if record.deleting or record.key not in self.store.records:
+            return
+        status = self.render_status(record)
+        patch = merge_patch(record.written, status)
+        if not patch:
+            return
+        record.written = status
+        try:
+            await self.call(
+                self.custom.patch_namespaced_custom_object_status,
+                k.GROUP,
+                k.VERSION,
+                record.namespace,
+                k.AIJOB_PLURAL,
+                record.name,
+                {"status": patch},
+            )
+        except ApiException as err:
+            record.written = {}
+            if err.status != 404:
+                log.warning("status of %s not written: %s", record.key, err.reason)
+
+    async def write_all(self) -> None:
+        await asyncio.gather(*(self.write_status(r) for r in list(self.store.records.values())))
+        for name in list(self.members):
+            await self.write_member_status(name)
+
+    async def write_member_status(self, name: str, body: Mapping[str, Any] | None = None) -> None:
+        ready, why = self.member_status.get(name, (False, "not probed yet"))
+        member = self.members.get(name)
+        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock())}
+        if member is not None:
+            usage = self.store.usage_by_node()
+            view = member.cluster({n: u for (c, n), u in usage.items() if c == name}, ready=ready)
+            types: dict[str, list[float]] = {}
+            for node in view.nodes:
+                row = types.setdefault(node.gpu_type, [0, 0.0, 0.0])
+                row[0] += 1
+                row[1] += node.gpus
+                row[2] += max(node.free_gpus, 0.0)
+            status["inventory"] = [
+                {"gpuType": t, "nodes": int(r[0]), "gpusTotal": r[1], "gpusFree": r[2]}
+                for t, r in sorted(types.items())
+            ]
+            status["gpusTotal"] = sum(r[1] for r in types.values())
+            status["gpusFree"] = sum(r[2] for r in types.values())
+            status["nodes"] = len(view.nodes)
+            status["types"] = ",".join(sorted(types))
+        status["conditions"] = [
+            condition(
+                k.COND_READY,
+                ready,
+                "Reachable" if ready else "Unreachable",
+                why or "API answers",
+                generation=0,
+                now_s=self.clock(),
+            )
+        ]
+        key = ("member", name)
+        old = self._member_written.get(key, {})
+        comparable = {k_: v for k_, v in status.items() if k_ != "lastProbeTime"}
+        if old == comparable:
+            return
+        self._member_written[key] = comparable
+        try:
+            await self.call(
+                self.custom.patch_cluster_custom_object_status,
+                k.GROUP,
+                k.VERSION,
+                k.MEMBER_PLURAL,
+                name,
+                {"status": status},
+            )
+        except ApiException as err:
+            self._member_written.pop(key, None)
+            log.warning("status of member %s not written: %s", name, err.reason)
+
+    def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
+        try:
+            self.post_event(record.body, reason, message, warning)
+        except Exception:  # events are best effort
+            log.debug("event not posted", exc_info=True)
+
+    # -- garbage collection -------------------------------------------------------------------
+    async def sweep(self) -> int:
+        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one."""
+        deleted = 0
+        for member in list(self.members.values()):
+            if not member.synced():
+                continue
+            for name, job in list(member.jobs.items()):
+                labels = (job.get("metadata") or {}).get("labels") or {}
+                record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
+                live = (
+                    record is not None
+                    and record.active
+                    and record.member_job == name
+                    and record.cluster == member.name
+                )
+                keep_finished = record is not None and record.finished and record.member_job == name
+                if live or keep_finished:
+                    continue
+                await self.call(_quiet, member.delete_job, name)
+                deleted += 1
+        return deleted
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.kick()
+        for member in self.members.values():
+            member.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _ours(status: Mapping[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+    """What the object's status says of the fields we write (so we diff against the truth)."""
+    return {key: value for key, value in status.items()} if status else written
+
+
+def _pod_done(obj: Mapping[str, Any] | None) -> bool:
+    if obj is None:
+        return True
+    return (obj.get("status") or {}).get("phase") in {"Succeeded", "Failed"}
+
+
+def _quiet(fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception as err:  # best effort; the sweep retries
+        log.warning("cleanup call failed: %s", err)
+
+
+def _product_label(member: Member, start: Start) -> str | None:
+    for name in start.nodes:
+        node = member.nodes.get(name)
+        if node is not None:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            value = labels.get(k.GPU_PRODUCT_LABEL)
+            if value:
+                return str(value)
+    return None

@@ -1,0 +1,230 @@
+"""The operator's mirror of AIJobs, and the snapshots it hands to the core.
+
+All methods run on the asyncio loop's thread (kopf handlers, member events
+hopped onto the loop, the scheduler loop), so no locks are needed. The store
+is rebuilt from the AIJobs' status after a restart: the status, not memory,
+is the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from cpn.adapters.members import Usage
+from cpn.api import constants as k
+from cpn.api.aijob import job_key, parse_aijob, parse_time
+from cpn.core.capacity import worker_gpus
+from cpn.core.errors import InvalidSpec
+from cpn.core.estimator import Estimator
+from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
+from cpn.core.policy import QueuePolicy
+
+ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
+
+
+@dataclass(slots=True)
+class Record:
+    """One AIJob as the operator tracks it."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    body: Mapping[str, Any]
+    user: str
+    group: str
+    job: Job | None = None
+    invalid: str = ""
+    phase: str = k.PHASE_QUEUED
+    attempts: int = 0
+    not_before_s: float = 0.0
+    cluster: str = ""
+    gpu_type: str = ""
+    nodes: tuple[str, ...] = ()
+    member_job: str = ""
+    dispatch_s: float = 0.0
+    start_s: float = 0.0
+    finish_s: float = 0.0
+    predicted_runtime_s: float = 0.0
+    transfer_s: float = 0.0
+    actual_s: float = 0.0
+    message: str = ""
+    reason: str = ""
+    hold: Hold | None = None
+    eta_start_s: float | None = None
+    eta_finish_s: float | None = None
+    written: dict[str, Any] = field(default_factory=dict)  # last status we patched
+    deleting: bool = False
+    observed: bool = False  # its member Job has been seen since dispatch
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE_PHASES
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in k.FINISHED_PHASES
+
+
+class Store:
+    """AIJob records by key, plus the current policy."""
+
+    def __init__(self, policy: QueuePolicy, estimator: Estimator) -> None:
+        self.records: dict[str, Record] = {}
+        self.policy = policy
+        self.estimator = estimator
+        self.gpu_types: tuple[str, ...] = ()
+
+    def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
+        """Add or refresh a record from the AIJob object (restoring state from its status)."""
+        meta = body["metadata"]
+        key = job_key(body)
+        generation = int(meta.get("generation") or 0)
+        record = self.records.get(key)
+        if record is not None and record.uid != meta.get("uid"):
+            record = None  # deleted and re-created under the same name
+        if record is None:
+            record = Record(
+                key=key,
+                namespace=meta["namespace"],
+                name=meta["name"],
+                uid=meta["uid"],
+                generation=-1,
+                body=body,
+                user=user,
+                group=group,
+            )
+            _restore(record, body.get("status") or {})
+            self.records[key] = record
+        record.deleting = bool(meta.get("deletionTimestamp"))
+        if record.generation != generation or record.user != user or record.group != group:
+            record.body = body
+            record.generation = generation
+            record.user, record.group = user, group
+            self._parse(record)
+        return record
+
+    def _parse(self, record: Record) -> None:
+        try:
+            job = parse_aijob(record.body, user=record.user, group=record.group)
+        except (InvalidSpec, ValueError, TypeError, KeyError) as err:
+            record.job = None
+            record.invalid = str(err)
+            if not record.active and not record.finished:
+                record.phase = k.PHASE_INVALID
+            return
+        record.invalid = ""
+        if record.phase == k.PHASE_INVALID:
+            record.phase = k.PHASE_QUEUED
+        record.job = self.attach_estimate(job)
+
+    def attach_estimate(self, job: Job) -> Job:
+        """The job with its predicted runtime on every GPU type the members have."""
+        estimate = self.estimator.estimate(job, self.gpu_types)
+        return replace(job, estimate=estimate)
+
+    def set_gpu_types(self, types: Iterable[str]) -> None:
+        """GPU types present in the members; re-estimate when new ones appear."""
+        new = tuple(sorted(set(types)))
+        if new == self.gpu_types:
+            return
+        self.gpu_types = new
+        for record in self.records.values():
+            if record.job is not None and not record.finished:
+                record.job = self.attach_estimate(record.job)
+
+    def remove(self, key: str) -> Record | None:
+        return self.records.pop(key, None)
+
+    def by_uid(self, uid: str) -> Record | None:
+        for record in self.records.values():
+            if record.uid == uid:
+                return record
+        return None
+
+    def pending(self) -> list[Record]:
+        return [
+            r
+            for r in self.records.values()
+            if r.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
+            and r.job is not None
+            and not r.deleting
+        ]
+
+    def active(self) -> list[Record]:
+        return [r for r in self.records.values() if r.active]
+
+    def usage_by_node(self) -> dict[tuple[str, str], Usage]:
+        """Resources cpn's own dispatched and running jobs hold, per (cluster, node)."""
+        usage: dict[tuple[str, str], Usage] = {}
+        for record in self.active():
+            job = record.job
+            if job is None:
+                continue
+            for node in record.nodes:
+                u = usage.setdefault((record.cluster, node), Usage())
+                u.gpus += worker_gpus(job)
+                u.cpu += job.cpu
+                u.memory_gib += job.memory_gib
+        return usage
+
+    def snapshot(
+        self,
+        now_s: float,
+        clusters: Iterable[Cluster],
+        bandwidth: Mapping[str, Mapping[str, float]],
+    ) -> Snapshot:
+        """The frozen input of one cycle."""
+        pending = []
+        for record in self.pending():
+            job = record.job
+            assert job is not None
+            pending.append(replace(job, attempts=record.attempts, not_before_s=record.not_before_s))
+        running = []
+        for record in self.active():
+            if record.job is None or not record.cluster:
+                continue
+            began = record.start_s or record.dispatch_s or now_s
+            end = began + record.transfer_s + record.predicted_runtime_s
+            running.append(
+                Running(
+                    job=record.job,
+                    cluster=record.cluster,
+                    gpu_type=record.gpu_type,
+                    nodes=record.nodes,
+                    start_s=began,
+                    predicted_end_s=end,
+                )
+            )
+        return Snapshot(
+            now_s=now_s,
+            policy=self.policy,
+            pending=tuple(pending),
+            running=tuple(running),
+            clusters=tuple(clusters),
+            bandwidth_gbps=bandwidth,
+        )
+
+
+def _restore(record: Record, status: Mapping[str, Any]) -> None:
+    """Take back what the status says (after a restart)."""
+    phase = status.get("phase")
+    if phase:
+        record.phase = str(phase)
+    record.attempts = int(status.get("attempts") or 0)
+    record.not_before_s = parse_time(status.get("notBefore")) or 0.0
+    record.cluster = str(status.get("cluster") or "")
+    record.gpu_type = str(status.get("gpuType") or "")
+    record.nodes = tuple(status.get("nodes") or ())
+    member = status.get("memberJob") or {}
+    record.member_job = str(member.get("name") or "")
+    record.start_s = parse_time(status.get("startTime")) or 0.0
+    record.finish_s = parse_time(status.get("completionTime")) or 0.0
+    record.actual_s = float(status.get("actualRuntimeSeconds") or 0.0)
+    record.transfer_s = float(status.get("transferSeconds") or 0.0)
+    predicted = status.get("predictedRuntimeSeconds") or {}
+    record.predicted_runtime_s = float(predicted.get(record.gpu_type, 0.0) or 0.0)
+    record.dispatch_s = record.start_s
