@@ -29,7 +29,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -96,6 +96,16 @@ class ModelSpec:
     estimated: bool = False
     aliases: tuple[str, ...] = ()
     note: str = ""
+    #: other inputs this model is commonly trained on: (input, params_m, forward_gmacs)
+    variants: tuple[tuple[str, float, float], ...] = ()
+
+    def for_input(self, input_name: str) -> ModelSpec:
+        """These facts for ``input_name`` (a key of ``variants``), else unchanged."""
+        wanted = input_name.strip().lower()
+        for name, params_m, gmacs in self.variants:
+            if name == wanted:
+                return replace(self, input=name, params_m=params_m, forward_gmacs=gmacs)
+        return self
 
     @property
     def train_gflops_per_sample(self) -> float:
@@ -199,6 +209,10 @@ def _catalogs() -> _Catalogs:
             estimated=bool(e.get("estimated", False)),
             aliases=_aliases(e),
             note=str(e.get("note", "")),
+            variants=tuple(
+                (str(k).lower(), float(v["params_m"]), float(v["forward_gmacs"]))
+                for k, v in (e.get("variants") or {}).items()
+            ),
         )
         for name, e in mdoc.items()
     }

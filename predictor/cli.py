@@ -1,0 +1,212 @@
+"""``cpn predictor``: train, query and evaluate the runtime predictor.
+
+::
+
+    cpn predictor train --benchmarks F.csv [--history DB] [--family rf] --out ARTIFACT
+    cpn predictor predict --model resnet50 --gpu-type A100-80GB --batch-size 256 \\
+        --samples 1281167 --epochs 90 [--gpus 1] [--artifact ARTIFACT] [--json]
+    cpn predictor evaluate --benchmarks F.csv (--holdout-gpu TYPE | --holdout-model NAME) \\
+        [--model-family rf|hgb|scaling] [--json]
+
+Exit codes: 0 success, 2 bad arguments or input (the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from predictor.catalog import (
+    BenchmarkError,
+    BenchmarkTable,
+    UnknownName,
+    canonical_gpu,
+    gpu_types,
+)
+from predictor.model import (
+    FAMILIES,
+    Measurement,
+    Query,
+    ThroughputModel,
+    evaluate,
+    measurements_from_table,
+)
+from predictor.model import load as load_artifact
+from predictor.model import save as save_artifact
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cpn predictor", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="fit the model on benchmarks (and history)")
+    train.add_argument("--benchmarks", type=Path, help="benchmark CSV (default: shipped table)")
+    train.add_argument("--history", type=Path, help="SQLite history of finished jobs")
+    train.add_argument("--family", "--model-family", choices=FAMILIES, default="rf")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", type=Path, required=True, help="artifact path (joblib)")
+
+    predict = sub.add_parser("predict", help="runtime of one job on one or every GPU type")
+    predict.add_argument("--model", required=True)
+    predict.add_argument("--gpu-type", help="one GPU type (default: every catalog type)")
+    predict.add_argument("--batch-size", type=int, required=True)
+    predict.add_argument("--samples", type=float, help="dataset samples per epoch")
+    predict.add_argument("--epochs", type=float, default=1.0)
+    predict.add_argument("--steps", type=float, help="steps (batches of one worker)")
+    predict.add_argument("--gpus", type=int, default=1)
+    predict.add_argument("--precision", default="", help="fp32, mixed, ... (default: unknown)")
+    predict.add_argument("--artifact", type=Path, help="trained artifact (default: train now)")
+    predict.add_argument("--json", action="store_true")
+
+    ev = sub.add_parser("evaluate", help="hold out a GPU type or a model; score the rest")
+    ev.add_argument("--benchmarks", type=Path, help="benchmark CSV (default: shipped table)")
+    hold = ev.add_mutually_exclusive_group(required=True)
+    hold.add_argument("--holdout-gpu")
+    hold.add_argument("--holdout-model")
+    ev.add_argument("--model-family", "--family", choices=FAMILIES, default="rf")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="apply the learned residual in full (skip the inner-CV weight)",
+    )
+    ev.add_argument("--json", action="store_true")
+    return parser
+
+
+def _table(path: Path | None) -> BenchmarkTable:
+    return BenchmarkTable.default() if path is None else BenchmarkTable.load(path)
+
+
+def _train(args: argparse.Namespace) -> int:
+    table = _table(args.benchmarks)
+    measurements = measurements_from_table(table)
+    if args.history is not None:
+        measurements += _history_measurements(args.history)
+    model = ThroughputModel(args.family, seed=args.seed).fit(measurements, table=table)
+    save_artifact(model, args.out)
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "family": model.family,
+                "rows": len(measurements),
+                "shrink": model.shrink,
+            }
+        )
+    )
+    return 0
+
+
+def _history_measurements(path: Path) -> list[Measurement]:
+    """Median observed throughput per key from a history database."""
+    from predictor.history import History, measurements_from_history
+
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such history database")
+    history = History(path)
+    try:
+        return measurements_from_history(history.iter_records())
+    finally:
+        history.close()
+
+
+def _predict(args: argparse.Namespace) -> int:
+    if args.artifact is not None:
+        model = load_artifact(args.artifact)
+    else:
+        table = BenchmarkTable.default()
+        model = ThroughputModel("rf").fit(measurements_from_table(table), table=table)
+    try:
+        name = model.specs.table.resolve_model(args.model)
+        known = True
+    except UnknownName:
+        name, known = args.model.strip().lower(), False
+    types = [canonical_gpu(args.gpu_type)] if args.gpu_type else list(gpu_types())
+    if args.samples is not None:
+        work = args.samples * args.epochs
+    elif args.steps is not None:
+        work = args.steps * args.batch_size
+    else:
+        raise ValueError("give --samples (and --epochs) or --steps")
+    queries = [
+        Query(
+            model=name,
+            gpu_type=g,
+            batch_size=args.batch_size,
+            gpus=args.gpus,
+            precision=args.precision,
+        )
+        for g in types
+    ]
+    pred = model.predict(queries)
+    unseen = not known or name not in {m.model for m in model.measurements}
+    results = []
+    for i, gpu in enumerate(types):
+        point, low = float(pred.samples_per_s[i]), float(pred.low_sps[i])
+        runtime, high = work / point, work / low
+        if unseen:  # conservative: the high quantile, as the online estimator does
+            runtime, high = high, high * high / runtime
+        results.append(
+            {
+                "gpu_type": gpu,
+                "samples_per_s": round(point, 3),
+                "runtime_s": round(runtime, 1),
+                "high_s": round(high, 1),
+                "source": pred.kind[i],
+            }
+        )
+    if args.json:
+        print(json.dumps({"model": name, "unseen": unseen, "predictions": results}))
+    else:
+        flag = " (unseen: conservative)" if unseen else ""
+        print(f"{name}{flag}, batch {args.batch_size}, {args.gpus} GPU(s), {work:g} samples")
+        for r in results:
+            print(
+                f"  {r['gpu_type']:<12} {r['runtime_s'] / 3600:9.2f} h "
+                f"(90%: {r['high_s'] / 3600:.2f} h)  {r['samples_per_s']:>10} samples/s"
+                f"  [{r['source']}]"
+            )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    table = _table(args.benchmarks)
+    measurements = measurements_from_table(table)
+    holdout_gpu = table.resolve_gpu(args.holdout_gpu) if args.holdout_gpu else None
+    holdout_model = table.resolve_model(args.holdout_model) if args.holdout_model else None
+    result = evaluate(
+        measurements,
+        family=args.model_family,
+        holdout_gpu=holdout_gpu,
+        holdout_model=holdout_model,
+        table=table,
+        seed=args.seed,
+        calibrate=not args.no_calibrate,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        held = holdout_gpu or holdout_model
+        print(
+            f"{args.model_family} holding out {held}: n={result['n']} "
+            f"MAPE={result['mape']}% median APE={result['median_ape']}%"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cpn predictor``."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if args.command == "train":
+            return _train(args)
+        if args.command == "predict":
+            return _predict(args)
+        return _evaluate(args)
+    except (BenchmarkError, UnknownName, ValueError, FileNotFoundError) as exc:
+        print(f"cpn predictor {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,704 @@
+"""The learned throughput model: a scaling prior, corrected by a forest.
+
+What it predicts: **throughput** (samples/s) of a model at a batch size on ``gpus`` GPUs of
+one type. Runtime follows as ``work_samples / throughput``. Throughput rather than
+log-runtime because it is what benchmarks measure, it does not depend on how long a job
+is (so one benchmark row serves every job length), and an observed job turns into a
+throughput measurement as ``work / actual_s``.
+
+How (all three families share the prior and the folds):
+
+1. **Prior** (the ``scaling`` baseline): if the model was measured on other GPU types,
+   its throughput there times :func:`predictor.catalog.catalog_ratio` (the geometric
+   mean of the compute and memory-bandwidth ratios), averaged geometrically over the
+   measured types with weights favouring the types closest in specification
+   ("anchor"); otherwise a roofline: ``efficiency x gpus x sqrt(peak FLOPS x memory
+   bandwidth) / training FLOPs per sample``, with the efficiency fitted on the training
+   rows (per domain when the domain has other models, else overall).
+2. **Residual**: a random forest (default) or HistGradientBoosting learns
+   ``log(measured / prior)`` from catalog features (:mod:`predictor.features`). Every
+   training row is used twice: once with its anchor prior computed *without its own GPU
+   type* (what serving an unmeasured type looks like), once with its roofline prior
+   (what serving an unmeasured model looks like).
+3. **Uncertainty**: the 10th/90th percentiles across the forest's trees (HGB and the
+   baseline: the training residuals' spread), never narrower than +-10%.
+
+A (model, GPU type) pair that was measured is served from the measurement itself
+(interpolated, :class:`predictor.catalog.BenchmarkTable`), not from the model.
+
+Artifacts (:func:`save` / :func:`load`) record the scikit-learn version and the feature
+schema hash; on a mismatch :func:`load` retrains from the measurements stored inside,
+and if that fails it falls back to the scaling baseline on the shipped table, logging a
+warning. It never raises into the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sklearn
+
+from predictor.catalog import (
+    BenchmarkRow,
+    BenchmarkTable,
+    GpuSpec,
+    ModelSpec,
+    UnknownName,
+    catalog_ratio,
+    effective_tflops,
+)
+from predictor.features import FEATURES, SCHEMA_HASH, feature_row
+
+log = logging.getLogger("predictor")
+
+FAMILIES = ("rf", "hgb", "scaling")
+ARTIFACT_FORMAT = 1
+#: relative half-width floor of every uncertainty band (measurement noise)
+MIN_BAND = 0.10
+_Z90 = 1.2816
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """One observed throughput (a benchmark row, or aggregated job history)."""
+
+    model: str
+    gpu_type: str
+    batch_size: int
+    gpus: int
+    samples_per_s: float
+    precision: str = ""
+    input: str = ""
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Query:
+    """What to predict: throughput of ``model`` at ``batch_size`` on ``gpus`` x ``gpu_type``."""
+
+    model: str
+    gpu_type: str
+    batch_size: int
+    gpus: int = 1
+    precision: str = ""
+    input: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Parts:
+    log_prior: np.ndarray
+    mid: np.ndarray  # learned log residual (mean over trees), before shrinking
+    lo: np.ndarray  # 10th percentile of the trees minus mid
+    hi: np.ndarray  # 90th percentile of the trees minus mid
+    kinds: tuple[str, ...]
+
+
+def _query(m: Measurement) -> Query:
+    return Query(
+        model=m.model,
+        gpu_type=m.gpu_type,
+        batch_size=m.batch_size,
+        gpus=m.gpus,
+        precision=m.precision,
+        input=m.input,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """Predicted samples/s per query: point, 10th and 90th percentile, and the source.
+
+    ``kind`` is "measured", "anchor" (scaled from other GPU types), "roofline" (from
+    FLOPs: a model never measured) or "unknown-gpu" (NaN throughput).
+    """
+
+    samples_per_s: np.ndarray
+    low_sps: np.ndarray
+    high_sps: np.ndarray
+    kind: tuple[str, ...]
+
+
+def measurements_from_table(table: BenchmarkTable) -> list[Measurement]:
+    """Every row of ``table`` as a :class:`Measurement`."""
+    return [
+        Measurement(
+            model=r.model,
+            gpu_type=r.gpu_type,
+            batch_size=r.batch_size,
+            gpus=r.gpus,
+            samples_per_s=r.samples_per_s,
+            precision=r.precision,
+            input=r.input,
+        )
+        for r in table.rows
+    ]
+
+
+class Specs:
+    """Model and GPU facts: the catalogs, a table's stand-alone rows, then imputation.
+
+    A model nobody describes gets the median parameters and MACs of the catalog models
+    (domain "unknown"); a GPU type nobody describes raises :class:`UnknownName`.
+    """
+
+    def __init__(self, table: BenchmarkTable | None = None) -> None:
+        self.table = table if table is not None else BenchmarkTable.default()
+        self._models: dict[str, ModelSpec] = {}
+        self._gpus: dict[str, GpuSpec] = {}
+        from predictor.catalog import model_names, model_spec
+
+        known = [model_spec(m) for m in model_names()]
+        self._median_params = float(np.median([m.params_m for m in known]))
+        self._median_gmacs = float(np.median([m.forward_gmacs for m in known]))
+
+    def model(self, name: str, input_name: str = "") -> ModelSpec:
+        """Facts of model ``name`` trained on ``input_name`` (imputed when unknown)."""
+        spec = self._models.get(name)
+        if spec is not None:
+            return spec.for_input(input_name) if input_name else spec
+        else:
+            try:
+                spec = self.table.model_spec(name)
+            except UnknownName:
+                spec = ModelSpec(
+                    name=name,
+                    domain="unknown",
+                    params_m=self._median_params,
+                    forward_gmacs=self._median_gmacs,
+                )
+            self._models[name] = spec
+        return spec.for_input(input_name) if input_name else spec
+
+    def known_model(self, name: str) -> bool:
+        """True when a catalog or the table describes ``name``."""
+        try:
+            self.table.resolve_model(name)
+        except UnknownName:
+            return False
+        return True
+
+    def gpu(self, name: str) -> GpuSpec:
+        """Facts of GPU type ``name``; UnknownName when nobody describes it."""
+        spec = self._gpus.get(name)
+        if spec is None:
+            spec = self.table.gpu_spec(name)
+            self._gpus[name] = spec
+        return spec
+
+
+class Priors:
+    """The scaling baseline over a set of measurements (see the module docstring)."""
+
+    def __init__(self, measurements: Sequence[Measurement], specs: Specs) -> None:
+        self.specs = specs
+        rows = [
+            BenchmarkRow(
+                model=m.model,
+                gpu_type=m.gpu_type,
+                batch_size=m.batch_size,
+                samples_per_s=m.samples_per_s,
+                gpus=m.gpus,
+                precision=m.precision,
+            )
+            for m in measurements
+        ]
+        extra_models = {
+            m.model: specs.model(m.model) for m in measurements if not specs.known_model(m.model)
+        }
+        self.table = BenchmarkTable(
+            rows,
+            extra_models={**specs.table.extra_models, **extra_models},
+            extra_gpus=specs.table.extra_gpus,
+        )
+        self._measured: dict[str, frozenset[str]] = {}
+        by_model: dict[str, set[str]] = defaultdict(set)
+        for m in measurements:
+            by_model[m.model].add(m.gpu_type)
+        self._measured = {k: frozenset(v) for k, v in by_model.items()}
+        # roofline efficiency: median log(measured / raw roofline), overall and per domain
+        logs: dict[str, list[float]] = defaultdict(list)
+        models_in: dict[str, set[str]] = defaultdict(set)
+        for m in measurements:
+            mspec = specs.model(m.model, m.input)
+            raw = self._raw_roofline(mspec, specs.gpu(m.gpu_type), m.gpus, m.precision)
+            value = math.log(m.samples_per_s / raw)
+            logs[""].append(value)
+            logs[mspec.domain].append(value)
+            models_in[mspec.domain].add(m.model)
+        self._eff = {k: float(np.median(v)) for k, v in logs.items()}
+        self._domain_models = {k: frozenset(v) for k, v in models_in.items()}
+        self._cache: dict[tuple[Any, ...], tuple[float, float] | None] = {}
+
+    def measured_types(self, model: str) -> frozenset[str]:
+        """GPU types ``model`` has measurements on."""
+        return self._measured.get(model, frozenset())
+
+    @staticmethod
+    def _raw_roofline(model: ModelSpec, gpu: GpuSpec, gpus: int, precision: str) -> float:
+        """gpus x spec speed / training FLOPs per sample, before the fitted efficiency.
+
+        The spec speed is sqrt(compute x bandwidth) (TFLOPS x GB/s, a constant factor
+        the efficiency absorbs), so that roofline priors rank GPU types exactly as
+        :func:`predictor.catalog.catalog_ratio` does.
+        """
+        flops = max(model.train_gflops_per_sample, 1e-6) * 1e9
+        speed = math.sqrt(effective_tflops(gpu, precision or None) * gpu.bandwidth_gbs)
+        return gpus * speed * 1e12 / flops
+
+    def roofline(
+        self, model: str, gpu_type: str, gpus: int, precision: str, input_name: str = ""
+    ) -> float:
+        """Roofline prior: fitted efficiency x peak FLOPS / training FLOPs per sample."""
+        mspec = self.specs.model(model, input_name)
+        others = self._domain_models.get(mspec.domain, frozenset()) - {model}
+        eff = self._eff.get(mspec.domain) if others else None
+        if eff is None:
+            eff = self._eff.get("", math.log(0.3))
+        raw = self._raw_roofline(mspec, self.specs.gpu(gpu_type), gpus, precision)
+        return raw * math.exp(eff)
+
+    def anchor(
+        self, model: str, gpu_type: str, batch_size: int, gpus: int, precision: str
+    ) -> tuple[float, float] | None:
+        """(prior samples/s, distance) scaled from the model's *other* GPU types, or None.
+
+        The distance is the |log catalog ratio| to the nearest anchor type; anchors are
+        weighted by 1 / (0.1 + |log ratio|)^2 in a geometric mean.
+        """
+        key = (model, gpu_type, batch_size, gpus, precision)
+        if key in self._cache:
+            return self._cache[key]
+        result: tuple[float, float] | None = None
+        anchors = sorted(self.measured_types(model) - {gpu_type})
+        if anchors:
+            target = self.specs.gpu(gpu_type)
+            total_w = total = 0.0
+            nearest = math.inf
+            for anchor in anchors:
+                sps = self.table.samples_per_s(model, anchor, batch_size, gpus)
+                if sps is None:
+                    continue
+                ratio = catalog_ratio(self.specs.gpu(anchor), target, precision or None)
+                distance = abs(math.log(ratio))
+                weight = 1.0 / (0.1 + distance) ** 2
+                total += weight * math.log(sps * ratio)
+                total_w += weight
+                if distance < abs(nearest):
+                    nearest = math.log(ratio)
+            if total_w > 0:
+                result = (math.exp(total / total_w), nearest)
+        self._cache[key] = result
+        return result
+
+
+def _one_thread() -> Any:
+    """Limit OpenMP (HistGradientBoosting) to one thread: the machine is shared, and
+    spinning OpenMP workers on busy cores is far slower than one thread."""
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    return threadpool_limits(limits=1, user_api="openmp")
+
+
+def _make_regressor(family: str, n_estimators: int, seed: int) -> Any:
+    if family == "rf":
+        from sklearn.ensemble import RandomForestRegressor
+
+        return RandomForestRegressor(
+            n_estimators=n_estimators,
+            min_samples_leaf=2,
+            max_features=0.5,
+            random_state=seed,
+            n_jobs=1,
+        )
+    if family == "hgb":
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        return HistGradientBoostingRegressor(
+            max_iter=100, learning_rate=0.1, min_samples_leaf=5, random_state=seed
+        )
+    raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
+
+
+class ThroughputModel:
+    """Predicts samples/s of (model, GPU type, batch size, GPUs); see the module docstring."""
+
+    def __init__(self, family: str = "rf", *, n_estimators: int = 64, seed: int = 0) -> None:
+        if family not in FAMILIES:
+            raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
+        self.family = family
+        self.n_estimators = n_estimators
+        self.seed = seed
+        self.measurements: tuple[Measurement, ...] = ()
+        self.specs = Specs()
+        self.priors: Priors | None = None
+        self.regressor: Any = None
+        self.residual_sigma = 0.25
+        self.shrink: dict[str, float] = {"anchor": 0.0, "roofline": 0.0}
+        self.table: BenchmarkTable | None = None
+        self.fitted = False
+
+    # -- training
+
+    def _rows(
+        self, queries: Iterable[Query], *, exclude_own: bool
+    ) -> tuple[list[tuple[float, ...]], list[float], list[str]]:
+        """Feature rows, their prior (samples/s) and kind, one or two per query.
+
+        For training (``exclude_own``) each query gives an anchor row (when other types
+        were measured) and a roofline row; for serving, the anchor row when possible,
+        else the roofline row.
+        """
+        assert self.priors is not None
+        rows: list[tuple[float, ...]] = []
+        priors: list[float] = []
+        kinds: list[str] = []
+        for q in queries:
+            mspec = self.specs.model(q.model, q.input)
+            gspec = self.specs.gpu(q.gpu_type)
+            anchor = self.priors.anchor(q.model, q.gpu_type, q.batch_size, q.gpus, q.precision)
+            options: list[tuple[float, bool, float]] = []
+            if anchor is not None:
+                options.append((anchor[0], True, anchor[1]))
+            if exclude_own or anchor is None:
+                options.append(
+                    (
+                        self.priors.roofline(q.model, q.gpu_type, q.gpus, q.precision, q.input),
+                        False,
+                        0.0,
+                    )
+                )
+            for prior, is_anchor, distance in options:
+                rows.append(
+                    feature_row(
+                        model=mspec,
+                        gpu=gspec,
+                        batch_size=q.batch_size,
+                        gpus=q.gpus,
+                        precision=q.precision,
+                        prior_sps=prior,
+                        prior_is_anchor=is_anchor,
+                        anchor_log_ratio=distance,
+                    )
+                )
+                priors.append(prior)
+                kinds.append("anchor" if is_anchor else "roofline")
+        return rows, priors, kinds
+
+    def fit(
+        self,
+        measurements: Iterable[Measurement],
+        *,
+        table: BenchmarkTable | None = None,
+        calibrate: bool = True,
+        shrink: Mapping[str, float] | None = None,
+    ) -> ThroughputModel:
+        """Fit on ``measurements`` (specs from ``table``'s catalogs and stand-alone rows).
+
+        ``calibrate`` chooses how much of the learned residual to apply per prior kind
+        (see :meth:`_calibrate`); otherwise ``shrink`` (or the current values) is kept.
+        """
+        self.measurements = tuple(measurements)
+        if not self.measurements:
+            raise ValueError("no measurements to train on")
+        self.table = table
+        self.specs = Specs(table)
+        self.priors = Priors(self.measurements, self.specs)
+        X_rows: list[tuple[float, ...]] = []
+        targets: list[float] = []
+        weights: list[float] = []
+        for m in self.measurements:
+            # Priors.anchor never anchors on the target type, i.e. the row's own type
+            rows, priors, _ = self._rows([_query(m)], exclude_own=True)
+            for row, prior in zip(rows, priors, strict=True):
+                X_rows.append(row)
+                targets.append(math.log(m.samples_per_s / prior))
+                weights.append(m.weight)
+        X = np.asarray(X_rows, dtype=np.float32)
+        y = np.asarray(targets, dtype=np.float64)
+        w = np.asarray(weights, dtype=np.float64)
+        anchor_mask = X[:, FEATURES.index("prior_is_anchor")] > 0.5
+        base = y[anchor_mask] if anchor_mask.any() else y
+        self.residual_sigma = float(np.sqrt(np.average(base**2))) if base.size else 0.25
+        if shrink is not None:
+            self.shrink = dict(shrink)
+        if self.family != "scaling":
+            self.regressor = _make_regressor(self.family, self.n_estimators, self.seed)
+            with _one_thread():
+                self.regressor.fit(X, y, sample_weight=w)
+            if calibrate:
+                self.shrink = self._calibrate()
+        self.fitted = True
+        return self
+
+    def _calibrate(self) -> dict[str, float]:
+        """How much of the learned residual to trust, per prior kind, by inner CV.
+
+        For "anchor" predictions: leave one GPU type out of *these* measurements (at
+        least 3 types needed); for "roofline": leave one model out (at least 3 models).
+        Each candidate weight in {0, 1/4, 1/2, 3/4, 1} of the residual is scored by the
+        median absolute percentage error on the held-out rows; the best wins. Without
+        enough diversity to validate, the residual is not applied (weight 0): the
+        scaling prior alone is the safer bet.
+        """
+        result = {"anchor": 0.0, "roofline": 0.0}
+        for kind, key in (("anchor", "gpu_type"), ("roofline", "model")):
+            groups = sorted({getattr(m, key) for m in self.measurements})
+            if len(groups) < 3:
+                continue
+            log_err: list[np.ndarray] = []
+            resid: list[np.ndarray] = []
+            for group in groups:
+                train = [m for m in self.measurements if getattr(m, key) != group]
+                test = [m for m in self.measurements if getattr(m, key) == group]
+                inner = ThroughputModel(self.family, n_estimators=24, seed=self.seed)
+                inner.fit(train, table=self.table, calibrate=False, shrink={kind: 1.0})
+                parts = inner._parts([_query(m) for m in test])
+                mask = np.asarray([k == kind for k in parts.kinds])
+                if not mask.any():
+                    continue
+                actual = np.log(np.asarray([m.samples_per_s for m in test]))[mask]
+                log_err.append(actual - parts.log_prior[mask])
+                resid.append(parts.mid[mask])
+            if not log_err:
+                continue
+            err, res = np.concatenate(log_err), np.concatenate(resid)
+            scores = {
+                lam: float(np.median(np.abs(np.expm1(lam * res - err))))
+                for lam in (0.0, 0.25, 0.5, 0.75, 1.0)
+            }
+            result[kind] = min(scores, key=lambda lam: (scores[lam], lam))
+        return result
+
+    # -- serving
+
+    def _parts(self, queries: Sequence[Query]) -> _Parts:
+        """Prior, raw learned residual and its tree spread for queries of known GPU types."""
+        rows, priors, kinds = self._rows(queries, exclude_own=False)
+        X = np.asarray(rows, dtype=np.float32).reshape(len(rows), len(FEATURES))
+        log_prior = np.log(np.asarray(priors, dtype=np.float64))
+        n = len(rows)
+        if self.family == "rf" and n:
+            per_tree = np.stack(
+                [t.predict(X, check_input=False) for t in self.regressor.estimators_]
+            )
+            mid = per_tree.mean(axis=0)
+            q10, q90 = np.quantile(per_tree, [0.1, 0.9], axis=0)
+            lo, hi = q10 - mid, q90 - mid
+        else:
+            with _one_thread():
+                mid = self.regressor.predict(X) if self.family == "hgb" and n else np.zeros(n)
+            band = _Z90 * self.residual_sigma
+            lo, hi = np.full(n, -band), np.full(n, band)
+        return _Parts(log_prior=log_prior, mid=mid, lo=lo, hi=hi, kinds=tuple(kinds))
+
+    def predict(self, queries: Sequence[Query], *, use_measured: bool = True) -> Predictions:
+        """Predicted samples/s (point, 10th and 90th percentile) for each query.
+
+        A (model, GPU type) measured in training is served from the measurement when
+        ``use_measured``; a GPU type nobody describes gives NaN ("unknown-gpu").
+        """
+        if self.priors is None:
+            raise RuntimeError("ThroughputModel.predict before fit")
+        n = len(queries)
+        point = np.full(n, np.nan)
+        low = np.full(n, np.nan)
+        high = np.full(n, np.nan)
+        kinds = ["unknown-gpu"] * n
+        todo: list[int] = []
+        for i, q in enumerate(queries):
+            try:
+                self.specs.gpu(q.gpu_type)
+            except UnknownName:
+                continue
+            if use_measured and q.gpu_type in self.priors.measured_types(q.model):
+                value = self.priors.table.samples_per_s(q.model, q.gpu_type, q.batch_size, q.gpus)
+                if value is not None:
+                    point[i] = value
+                    low[i] = value * (1 - MIN_BAND)
+                    high[i] = value * (1 + MIN_BAND)
+                    kinds[i] = "measured"
+                    continue
+            todo.append(i)
+        if todo:
+            parts = self._parts([queries[i] for i in todo])
+            lam = np.asarray([self.shrink.get(k, 0.0) for k in parts.kinds])
+            mid = lam * parts.mid
+            floor = math.log1p(MIN_BAND)
+            # the band: the trees' spread, never below the prior's own error when the
+            # residual is not trusted, never below measurement noise
+            spread = np.where(lam > 0, 1.0, 0.0)
+            prior_band = _Z90 * self.residual_sigma * (1 - lam)
+            lo = np.minimum(spread * parts.lo - prior_band, -floor)
+            hi = np.maximum(spread * parts.hi + prior_band, floor)
+            idx = np.asarray(todo)
+            point[idx] = np.exp(parts.log_prior + mid)
+            low[idx] = np.exp(parts.log_prior + mid + lo)
+            high[idx] = np.exp(parts.log_prior + mid + hi)
+            for j, i in enumerate(todo):
+                kinds[i] = parts.kinds[j]
+        return Predictions(point, low, high, tuple(kinds))
+
+    def predict_one(self, query: Query) -> tuple[float, float, float, str]:
+        """(point, low, high, kind) of one query."""
+        p = self.predict([query])
+        return float(p.samples_per_s[0]), float(p.low_sps[0]), float(p.high_sps[0]), p.kind[0]
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    measurements: Sequence[Measurement],
+    *,
+    family: str = "rf",
+    holdout_gpu: str | None = None,
+    holdout_model: str | None = None,
+    table: BenchmarkTable | None = None,
+    seed: int = 0,
+    calibrate: bool = True,
+) -> dict[str, float]:
+    """Train on every row but the held-out GPU type (or model); score the held-out rows.
+
+    Returns ``{"n", "mape", "median_ape"}``: absolute percentage error of predicted vs
+    measured throughput, in percent. ``calibrate=False`` applies the learned residual in
+    full instead of the inner-CV weight.
+    """
+    if (holdout_gpu is None) == (holdout_model is None):
+        raise ValueError("give exactly one of holdout_gpu and holdout_model")
+
+    def held(m: Measurement) -> bool:
+        return m.gpu_type == holdout_gpu if holdout_gpu is not None else m.model == holdout_model
+
+    train = [m for m in measurements if not held(m)]
+    test = [m for m in measurements if held(m)]
+    if not test:
+        raise ValueError(f"no rows for {holdout_gpu or holdout_model!r}")
+    if not train:
+        raise ValueError("nothing left to train on")
+    model = ThroughputModel(family, seed=seed)
+    if calibrate:
+        model.fit(train, table=table)
+    else:  # apply the learned residual in full (what calibration protects against)
+        model.fit(train, table=table, calibrate=False, shrink={"anchor": 1.0, "roofline": 1.0})
+    queries = [_query(m) for m in test]
+    pred = model.predict(queries).samples_per_s
+    actual = np.asarray([m.samples_per_s for m in test])
+    ape = np.abs(pred - actual) / actual * 100.0
+    return {
+        "n": len(test),
+        "mape": round(float(np.mean(ape)), 2),
+        "median_ape": round(float(np.median(ape)), 2),
+    }
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+def save(model: ThroughputModel, path: str | Path) -> None:
+    """Write ``model`` with its metadata and training measurements (joblib)."""
+    import joblib
+
+    if not model.fitted:
+        raise ValueError("cannot save an unfitted model")
+    payload = {
+        "format": ARTIFACT_FORMAT,
+        "sklearn_version": sklearn.__version__,
+        "schema_hash": SCHEMA_HASH,
+        "family": model.family,
+        "n_estimators": model.n_estimators,
+        "seed": model.seed,
+        "residual_sigma": model.residual_sigma,
+        "shrink": dict(model.shrink),
+        "measurements": [asdict(m) for m in model.measurements],
+        "extra_models": [asdict(spec) for spec in model.specs.table.extra_models.values()],
+        "extra_gpus": [asdict(spec) for spec in model.specs.table.extra_gpus.values()],
+        # pickled separately so the metadata can be checked without unpickling sklearn
+        "regressor": pickle.dumps(model.regressor) if model.regressor is not None else None,
+    }
+    joblib.dump(payload, Path(path))
+
+
+def fallback_model() -> ThroughputModel:
+    """The scaling baseline on the shipped table: what :func:`load` falls back to."""
+    table = BenchmarkTable.default()
+    return ThroughputModel("scaling").fit(measurements_from_table(table), table=table)
+
+
+def load(path: str | Path) -> ThroughputModel:
+    """Read an artifact; retrain or fall back (logging a warning) instead of raising."""
+    import joblib
+
+    try:
+        payload = joblib.load(Path(path))
+        if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
+            raise ValueError("not a predictor artifact (format)")
+        measurements = [Measurement(**m) for m in payload["measurements"]]
+        table = _table_with_specs(payload.get("extra_models", []), payload.get("extra_gpus", []))
+        family = str(payload["family"])
+        model = ThroughputModel(
+            family,
+            n_estimators=int(payload.get("n_estimators", 64)),
+            seed=int(payload.get("seed", 0)),
+        )
+    except Exception as exc:
+        log.warning("predictor artifact %s unusable (%s); using the scaling baseline", path, exc)
+        return fallback_model()
+    reasons = []
+    if payload.get("sklearn_version") != sklearn.__version__:
+        reasons.append(
+            f"scikit-learn {payload.get('sklearn_version')} != installed {sklearn.__version__}"
+        )
+    if payload.get("schema_hash") != SCHEMA_HASH:
+        reasons.append(f"feature schema {payload.get('schema_hash')} != {SCHEMA_HASH}")
+    try:
+        if reasons:
+            log.warning(
+                "predictor artifact %s: %s; retraining from its %d measurements",
+                path,
+                "; ".join(reasons),
+                len(measurements),
+            )
+            return model.fit(measurements, table=table)
+        model.measurements = tuple(measurements)
+        model.table = table
+        model.specs = Specs(table)
+        model.priors = Priors(model.measurements, model.specs)
+        model.residual_sigma = float(payload.get("residual_sigma", 0.25))
+        model.shrink = {str(k): float(v) for k, v in dict(payload.get("shrink", {})).items()}
+        blob = payload.get("regressor")
+        model.regressor = pickle.loads(blob) if blob is not None else None
+        if model.family != "scaling" and model.regressor is None:
+            raise ValueError("artifact has no regressor")
+        model.fitted = True
+        return model
+    except Exception as exc:
+        log.warning("predictor artifact %s: retraining failed (%s); scaling baseline", path, exc)
+        return fallback_model()
+
+
+def _table_with_specs(
+    models: Iterable[Mapping[str, Any]], gpus: Iterable[Mapping[str, Any]]
+) -> BenchmarkTable | None:
+    """An empty table carrying stand-alone specs (None when there are none)."""
+    extra_models = {}
+    for raw in models:
+        fields = dict(raw)
+        fields["aliases"] = tuple(fields.get("aliases", ()))
+        fields["variants"] = tuple(tuple(v) for v in fields.get("variants", ()))
+        extra_models[str(fields["name"])] = ModelSpec(**fields)
+    extra_gpus = {}
+    for raw in gpus:
+        fields = dict(raw)
+        fields["aliases"] = tuple(fields.get("aliases", ()))
+        extra_gpus[str(fields["name"])] = GpuSpec(**fields)
+    if not extra_models and not extra_gpus:
+        return None
+    return BenchmarkTable([], extra_models=extra_models, extra_gpus=extra_gpus)
