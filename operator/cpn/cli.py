@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
+    "validate": ("cpn.validate", "check AIJob, MemberCluster and policy manifests offline"),
 }
 
 
