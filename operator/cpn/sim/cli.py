@@ -1,0 +1,206 @@
+"""``cpn simulate``: run a trace through the scheduler offline, convert and generate traces.
+
+::
+
+    cpn simulate --trace T.csv --clusters C.yaml --policy NAME[,NAME...]|FILE.yaml
+                 [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
+                 [--tick-s S] [--out DIR] [--json]
+    cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
+    cpn simulate convert tiresias 60_job.csv --out FILE.csv
+    cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
+                 [--data-clusters a,b] --out FILE.csv
+
+With ``--json`` the main form prints exactly one JSON object: one policy -> its
+metrics; several -> ``{policy: metrics}``. With ``--out`` it also writes
+``metrics.json``, ``jobs-<policy>.csv`` and the PNG plots there.
+Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cpn.core.errors import CpnError
+from cpn.sim.estimators import ESTIMATORS
+
+
+def _main_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cpn simulate",
+        description="Simulate a job trace on member clusters under one or more policies. "
+        "Sub-commands: 'convert' (public traces -> trace CSV), 'generate' (synthetic trace).",
+    )
+    p.add_argument("--trace", required=True, help="trace CSV (issue 2's contract)")
+    p.add_argument("--clusters", required=True, help="cluster YAML")
+    p.add_argument(
+        "--policy",
+        required=True,
+        help="preset name(s), comma-separated (fifo, sjf, oracle, las, gavel, default), "
+        "or a policy YAML file",
+    )
+    p.add_argument("--estimator", choices=ESTIMATORS, default="oracle")
+    p.add_argument("--sigma", type=float, default=0.5, help="log-normal sigma of 'noisy'")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--tick-s",
+        type=float,
+        default=None,
+        help="cycle interval for preemptive policies (default 300 when preemption is on)",
+    )
+    p.add_argument("--out", help="directory for metrics.json, per-job CSVs and plots")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _progress(enabled: bool, total: int, desc: str) -> tuple[Callable[[int], None] | None, Any]:
+    if not enabled:
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="job", file=sys.stderr, leave=False)
+    return bar.update, bar
+
+
+def _simulate(argv: Sequence[str]) -> int:
+    args = _main_parser().parse_args(list(argv))
+    from cpn.sim import report
+    from cpn.sim.clusters import read_clusters
+    from cpn.sim.runner import resolve_policy, simulate
+    from cpn.sim.trace import read_trace
+    from cpn.sim.world import SimResult
+
+    try:
+        trace = read_trace(args.trace)
+        clusters = read_clusters(args.clusters)
+        specs = [s.strip() for s in args.policy.split(",") if s.strip()]
+        if not specs:
+            raise CpnError("--policy names no policy")
+        policies = [resolve_policy(s) for s in specs]
+    except (CpnError, KeyError, OSError) as exc:
+        print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
+        return 2
+    show = not args.json and not args.no_progress and sys.stderr.isatty() and len(trace) >= 200
+    results: dict[str, SimResult] = {}
+    for name, policy in policies:
+        update, bar = _progress(show, len(trace), name)
+        try:
+            results[name] = simulate(
+                trace,
+                clusters,
+                policy,
+                name=name,
+                estimator=args.estimator,
+                sigma=args.sigma,
+                seed=args.seed,
+                tick_s=args.tick_s,
+                progress=update,
+            )
+        except CpnError as exc:
+            print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)
+            return 2
+        finally:
+            if bar is not None:
+                bar.close()
+    rows = {name: report.metrics(result) for name, result in results.items()}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, result in results.items():
+            report.write_jobs_csv(result, out / f"jobs-{name}.csv")
+        (out / "metrics.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        report.plot(results, out)
+    if args.json:
+        payload = next(iter(rows.values())) if len(rows) == 1 else rows
+        print(json.dumps(payload, sort_keys=False))
+    else:
+        print(report.table(rows))
+        if args.out:
+            print(f"\nwrote metrics.json, jobs-*.csv and plots to {args.out}")
+    return 0
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc)
+
+
+# --------------------------------------------------------------------------- convert
+
+
+def _convert(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="cpn simulate convert", description="Convert public traces.")
+    p.add_argument("format", choices=("gavel", "tiresias"))
+    p.add_argument("files", nargs="+", help="Gavel .trace files, or Tiresias' 60_job.csv")
+    p.add_argument("--out", required=True, help="gavel: a directory (<stem>.csv); tiresias: a file")
+    p.add_argument("--reference-gpu", default="V100", help="GPU the durations are on (gavel)")
+    args = p.parse_args(list(argv))
+    from cpn.sim import trace
+
+    try:
+        if args.format == "gavel":
+            out = Path(args.out)
+            for name in args.files:
+                jobs = trace.convert_gavel(name, reference_gpu=args.reference_gpu)
+                target = out / f"{Path(name).stem}.csv"
+                count = trace.write_trace(jobs, target)
+                print(f"{name}: {count} jobs -> {target}")
+        else:
+            if len(args.files) != 1:
+                p.error("tiresias takes exactly one file")
+            jobs = trace.convert_tiresias(args.files[0])
+            count = trace.write_trace(jobs, args.out)
+            print(f"{args.files[0]}: {count} jobs -> {args.out}")
+    except (CpnError, OSError, ValueError) as exc:
+        print(f"cpn simulate convert: {_message(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _generate(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="cpn simulate generate",
+        description="Generate a synthetic trace (Poisson arrivals, benchmark-table job mix).",
+    )
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--rate-per-h", type=float, default=20.0, help="mean arrivals per hour")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reference-gpu", default="V100")
+    p.add_argument("--users", type=int, default=8)
+    p.add_argument("--groups", type=int, default=3)
+    p.add_argument("--data-clusters", default="", help="comma-separated cluster names")
+    p.add_argument("--out", required=True, help="trace CSV to write")
+    args = p.parse_args(list(argv))
+    from cpn.sim import trace
+
+    try:
+        jobs = trace.generate(
+            jobs=args.jobs,
+            seed=args.seed,
+            arrival_rate_per_h=args.rate_per_h,
+            reference_gpu=args.reference_gpu,
+            users=args.users,
+            groups=args.groups,
+            data_clusters=[c for c in args.data_clusters.split(",") if c],
+        )
+        count = trace.write_trace(jobs, args.out)
+    except (CpnError, OSError, ValueError) as exc:
+        print(f"cpn simulate generate: {_message(exc)}", file=sys.stderr)
+        return 2
+    print(f"{count} jobs -> {args.out}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``cpn simulate`` (see the module docstring)."""
+    if argv and argv[0] == "convert":
+        return _convert(argv[1:])
+    if argv and argv[0] == "generate":
+        return _generate(argv[1:])
+    return _simulate(argv)

@@ -1,0 +1,321 @@
+"""Metrics, per-job CSV and plots of simulation runs.
+
+Metric keys (issue 2's contract): ``jobs`` (admitted jobs: the trace minus the
+infeasible ones), ``finished``, ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``,
+``avg_wait_s``, ``p99_wait_s``, ``max_wait_s``, ``makespan_s``,
+``gpu_utilization``, ``wall_s``; extras: ``trace_jobs``, ``infeasible``,
+``unfinished``, ``preemptions``, ``cycles``, ``plan_wall_s``, ``estimator``.
+
+Definitions: JCT = finish - submit; wait = JCT minus the time the job held GPUs
+(for a job never preempted: first start - submit); makespan = last finish -
+first submit; utilisation = GPU-seconds held / (GPUs x makespan). Percentiles
+use the nearest-rank method. A run where some admitted job never finished
+reports JCT and wait over the finished ones and ``unfinished`` > 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cpn.sim.world import JobRecord, SimResult
+
+METRIC_KEYS = (
+    "jobs",
+    "finished",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p99_jct_s",
+    "avg_wait_s",
+    "p99_wait_s",
+    "max_wait_s",
+    "makespan_s",
+    "gpu_utilization",
+    "wall_s",
+)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def metrics(result: SimResult) -> dict[str, Any]:
+    """The run's metrics (see the module docstring)."""
+    admitted = [r for r in result.records if not r.infeasible]
+    done = [r for r in admitted if r.finish_s is not None]
+    jcts = [r.jct_s for r in done if r.jct_s is not None]
+    waits = [r.wait_s for r in done if r.wait_s is not None]
+    if admitted and done:
+        start = min(r.submit_s for r in admitted)
+        end = max(r.finish_s for r in done if r.finish_s is not None)
+        makespan = end - start
+    else:
+        makespan = 0.0
+    gpu_s = sum(r.gpu_s for r in admitted)
+    util = gpu_s / (result.total_gpus * makespan) if makespan > 0 and result.total_gpus else 0.0
+    out: dict[str, Any] = {
+        "jobs": len(admitted),
+        "finished": len(done),
+        "avg_jct_s": _round(sum(jcts) / len(jcts)) if jcts else 0.0,
+        "p50_jct_s": _round(percentile(jcts, 50)),
+        "p99_jct_s": _round(percentile(jcts, 99)),
+        "avg_wait_s": _round(sum(waits) / len(waits)) if waits else 0.0,
+        "p99_wait_s": _round(percentile(waits, 99)),
+        "max_wait_s": _round(max(waits, default=0.0)),
+        "makespan_s": _round(makespan),
+        "gpu_utilization": round(util, 4),
+        "wall_s": round(result.wall_s, 3),
+        "trace_jobs": len(result.records),
+        "infeasible": len(result.records) - len(admitted),
+        "unfinished": len(admitted) - len(done),
+        "preemptions": result.preemptions,
+        "cycles": result.cycles,
+        "plan_wall_s": round(result.plan_wall_s, 3),
+        "estimator": result.estimator,
+    }
+    return out
+
+
+def _round(value: float) -> float:
+    return round(value, 3)
+
+
+JOB_COLUMNS = (
+    "job_id",
+    "submit_s",
+    "gpus",
+    "model",
+    "user",
+    "group",
+    "duration_s",
+    "infeasible",
+    "first_start_s",
+    "finish_s",
+    "jct_s",
+    "wait_s",
+    "run_s",
+    "preemptions",
+    "cluster",
+    "gpu_type",
+    "runtime_s",
+    "estimate_s",
+)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".") if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def job_row(record: JobRecord) -> dict[str, str]:
+    """One job's CSV row."""
+    values: dict[str, object] = {
+        "job_id": record.job_id,
+        "submit_s": record.submit_s,
+        "gpus": record.gpus,
+        "model": record.model,
+        "user": record.user,
+        "group": record.group,
+        "duration_s": record.duration_s,
+        "infeasible": record.infeasible,
+        "first_start_s": record.first_start_s,
+        "finish_s": record.finish_s,
+        "jct_s": record.jct_s,
+        "wait_s": record.wait_s,
+        "run_s": record.run_s,
+        "preemptions": record.preemptions,
+        "cluster": record.cluster,
+        "gpu_type": record.gpu_type,
+        "runtime_s": record.runtime_s if record.finish_s is not None else None,
+        "estimate_s": record.estimate_s,
+    }
+    return {k: _cell(v) for k, v in values.items()}
+
+
+def write_jobs_csv(result: SimResult, path: str | Path) -> Path:
+    """Write a CSV row per job of ``result`` to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(JOB_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        for record in result.records:
+            writer.writerow(job_row(record))
+    return path
+
+
+# --------------------------------------------------------------------------- plots
+
+#: Job-size buckets (GPUs) of the waiting-time plot.
+SIZE_BUCKETS: tuple[tuple[str, float, float], ...] = (
+    ("1", 0.0, 1.0),
+    ("2", 1.0, 2.0),
+    ("3-4", 2.0, 4.0),
+    ("5-8", 4.0, 8.0),
+    ("9-16", 8.0, 16.0),
+    (">16", 16.0, math.inf),
+)
+
+
+def wait_by_size(result: SimResult) -> dict[str, float]:
+    """Average wait (s) of finished jobs per size bucket (buckets with jobs only)."""
+    sums: dict[str, list[float]] = {}
+    for record in result.records:
+        wait = record.wait_s
+        if wait is None:
+            continue
+        for label, low, high in SIZE_BUCKETS:
+            if low < record.gpus <= high:
+                sums.setdefault(label, []).append(wait)
+                break
+    return {
+        label: sum(sums[label]) / len(sums[label]) for label, _, _ in SIZE_BUCKETS if label in sums
+    }
+
+
+def _downsample(
+    times: Sequence[float], values: Sequence[float], limit: int = 4000
+) -> tuple[list[float], list[float]]:
+    step = max(1, len(times) // limit)
+    return list(times[::step]), list(values[::step])
+
+
+def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path]:
+    """Write the four PNG plots for ``results`` (policy -> run) into ``out_dir``.
+
+    ``jct_cdf.png`` (JCT CDF per policy), ``wait_by_size.png`` (average wait by
+    job size), ``utilization.png`` (busy GPU share over time) and
+    ``queue_length.png`` (pending jobs over time).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    hours = 3600.0
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, result in results.items():
+        jcts = sorted(r.jct_s / hours for r in result.records if r.jct_s is not None)
+        if jcts:
+            ys = [(i + 1) / len(jcts) for i in range(len(jcts))]
+            ax.step(jcts, ys, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT CDF per policy")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "jct_cdf.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = [label for label, _, _ in SIZE_BUCKETS]
+    width = 0.8 / max(1, len(results))
+    for i, (name, result) in enumerate(results.items()):
+        waits = wait_by_size(result)
+        xs = [k + i * width for k, label in enumerate(labels) if label in waits]
+        ys = [waits[label] / hours for label in labels if label in waits]
+        ax.bar(xs, ys, width=width, label=name)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(labels))], labels)
+    ax.set_xlabel("job size (GPUs)")
+    ax.set_ylabel("average wait (h)")
+    ax.set_title("Waiting time by job size")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "wait_by_size.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, result in results.items():
+        share = [b / result.total_gpus for b in result.busy_gpus] if result.total_gpus else []
+        xs, ys = _downsample([t / hours for t in result.times_s], share)
+        ax.step(xs, ys, where="post", label=name, linewidth=0.8)
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("GPUs busy (share)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("GPU utilisation over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "utilization.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, result in results.items():
+        xs, ys = _downsample(
+            [t / hours for t in result.times_s], [float(q) for q in result.queue_len]
+        )
+        ax.step(xs, ys, where="post", label=name, linewidth=0.8)
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("pending jobs")
+    ax.set_title("Queue length over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "queue_length.png"))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """A readable, aligned table of ``policy -> metrics`` (hours for times)."""
+    columns = (
+        ("policy", None),
+        ("jobs", "jobs"),
+        ("finished", "finished"),
+        ("avg JCT h", "avg_jct_s"),
+        ("p50 JCT h", "p50_jct_s"),
+        ("p99 JCT h", "p99_jct_s"),
+        ("avg wait h", "avg_wait_s"),
+        ("p99 wait h", "p99_wait_s"),
+        ("max wait h", "max_wait_s"),
+        ("makespan h", "makespan_s"),
+        ("GPU util", "gpu_utilization"),
+        ("infeasible", "infeasible"),
+        ("wall s", "wall_s"),
+    )
+    cells: list[list[str]] = [[title for title, _ in columns]]
+    for name, m in rows.items():
+        line = [name]
+        for _, key in columns[1:]:
+            assert key is not None
+            value = m.get(key, "")
+            if key.endswith("_s") and key != "wall_s" and isinstance(value, int | float):
+                line.append(f"{value / 3600.0:.2f}")
+            elif isinstance(value, float):
+                line.append(f"{value:.3f}" if key == "gpu_utilization" else f"{value:.1f}")
+            else:
+                line.append(str(value))
+        cells.append(line)
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = []
+    for k, row in enumerate(cells):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,573 @@
+"""The discrete-event world: simulated clusters running a trace under a scheduling plan.
+
+The loop advances to the next event time (arrivals, completions, a retry's
+``not_before_s``, and a periodic tick only when asked for), handles every event
+of that instant, builds one :class:`~cpn.core.model.Snapshot`, calls the plan
+function (the same :func:`cpn.core.cycle.plan_cycle` the operator calls), and
+carries out the plan strictly: a plan that overcommits a node, names an unknown
+job or starts a job twice raises :class:`InvalidPlan`, because it is a bug.
+
+Per-event work is proportional to what changed: node and cluster values are
+rebuilt only when their allocation changes, jobs are rebuilt only when they
+arrive or are preempted; the snapshot's tuples are built from dicts kept up to
+date incrementally.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from cpn.core.errors import CpnError, FieldError, InvalidSpec
+from cpn.core.estimator import Estimator
+from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
+from cpn.core.policy import QueuePolicy
+from cpn.sim.clusters import ClusterSet
+from cpn.sim.speed import TrueRuntime
+from cpn.sim.trace import TraceJob
+
+PlanFn = Callable[[Snapshot], CyclePlan]
+TransferFn = Callable[[Job, str, Snapshot], float | None]
+
+_EPS = 1e-9
+
+# Event kinds, in the order they are handled within one instant.
+_COMPLETE, _ARRIVE, _WAKE, _TICK = 0, 1, 2, 3
+
+
+class InvalidPlan(CpnError):
+    """A plan the world cannot carry out (a scheduler bug): over capacity, unknown job, ..."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job (mutable while the simulation runs)."""
+
+    job_id: str
+    submit_s: float
+    gpus: float
+    duration_s: float
+    model: str = ""
+    user: str = ""
+    group: str = ""
+    infeasible: bool = False
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    run_s: float = 0.0  # time holding GPUs (transfer and restart included)
+    gpu_s: float = 0.0  # GPU-seconds held
+    preemptions: int = 0
+    cluster: str = ""
+    gpu_type: str = ""
+    runtime_s: float = 0.0  # true runtime on the GPU type it finished on
+    estimate_s: float | None = None  # predicted runtime on that GPU type at its last start
+
+    @property
+    def jct_s(self) -> float | None:
+        """Completion time minus submit time (None while unfinished)."""
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+    @property
+    def wait_s(self) -> float | None:
+        """Time spent pending (JCT minus time holding GPUs; None while unfinished)."""
+        jct = self.jct_s
+        return None if jct is None else max(0.0, jct - self.run_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimResult:
+    """The outcome of one run: a record per job and the cluster's time series."""
+
+    policy: str
+    estimator: str
+    records: tuple[JobRecord, ...]
+    total_gpus: int
+    times_s: tuple[float, ...]
+    busy_gpus: tuple[float, ...]
+    queue_len: tuple[int, ...]
+    cycles: int
+    wall_s: float
+    plan_wall_s: float
+    preemptions: int
+    stats: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _State:
+    """Simulator-side state of one admitted job."""
+
+    job: Job
+    record: JobRecord
+    remaining: float = 1.0  # fraction of the work still to do
+    token: int = 0  # bumped at each start/preempt; stale completion events are ignored
+    running: Running | None = None
+    node_keys: tuple[tuple[str, str], ...] = ()
+    compute_start_s: float = 0.0  # when useful work began in this attempt
+    full_runtime_s: float = 0.0  # true runtime of the whole job on this attempt's GPU type
+
+
+class _NodeState:
+    """Free resources of one node; its frozen :class:`Node` is rebuilt only when dirty."""
+
+    __slots__ = ("base", "free_cpu", "free_gpus", "free_mem", "value")
+
+    def __init__(self, node: Node) -> None:
+        self.base = node
+        self.free_gpus = float(node.gpus)
+        self.free_cpu = node.cpu
+        self.free_mem = node.memory_gib
+        self.value: Node | None = None
+
+    def node(self) -> Node:
+        if self.value is None:
+            base = self.base
+            util = (1.0 - self.free_cpu / base.cpu) if base.cpu > 0 else None
+            self.value = replace(
+                base,
+                free_gpus=max(0.0, self.free_gpus),
+                free_cpu=max(0.0, self.free_cpu),
+                free_memory_gib=max(0.0, self.free_mem),
+                cpu_util=util,
+            )
+        return self.value
+
+
+def worker_shape(gpus: float, max_node_gpus: int) -> tuple[int, int, float]:
+    """(gpus_per_worker, workers, gpu_share) for a job asking ``gpus`` GPUs in total.
+
+    A fraction of one GPU is a shared GPU; otherwise gpus_per_worker is the largest
+    divisor of ``gpus`` that fits the largest node, and workers = gpus / that.
+    """
+    if gpus < 1:
+        return 1, 1, gpus
+    total = int(gpus)
+    largest = max(1, max_node_gpus)
+    for per in range(min(total, largest), 0, -1):
+        if total % per == 0:
+            return per, total // per, 1.0
+    return 1, total, 1.0  # pragma: no cover - per=1 always divides
+
+
+def _default_plan() -> PlanFn:
+    from cpn.core.cycle import plan_cycle
+
+    return plan_cycle
+
+
+def _default_transfer() -> TransferFn:
+    from cpn.core.transfer import transfer_s
+
+    return transfer_s
+
+
+class World:
+    """Simulated member clusters running a trace under a plan function.
+
+    ``plan`` defaults to :func:`cpn.core.cycle.plan_cycle` and ``transfer`` to
+    :func:`cpn.core.transfer.transfer_s`. ``tick_s`` adds a cycle every
+    ``tick_s`` seconds while jobs are pending and running (preemptive policies
+    such as ``las`` need it; None = cycles only on events). Jobs whose trace
+    leaves ``checkpoint`` blank resume from a checkpoint after a preemption when
+    ``checkpoint_default`` is true. ``progress`` is called with the number of jobs
+    that just finished.
+    """
+
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        clusters: ClusterSet,
+        policy: QueuePolicy,
+        estimator: Estimator,
+        *,
+        truth: TrueRuntime | None = None,
+        plan: PlanFn | None = None,
+        transfer: TransferFn | None = None,
+        tick_s: float | None = None,
+        checkpoint_default: bool = True,
+        progress: Callable[[int], None] | None = None,
+        policy_name: str | None = None,
+        estimator_name: str = "",
+    ) -> None:
+        if tick_s is not None and tick_s <= 0:
+            raise ValueError("tick_s must be positive")
+        self.clusters = clusters
+        self.policy = policy
+        self.policy_name = policy_name or policy.name
+        self.estimator = estimator
+        self.estimator_name = estimator_name
+        self.plan = plan or _default_plan()
+        self.transfer = transfer or _default_transfer()
+        self.tick_s = tick_s
+        self.checkpoint_default = checkpoint_default
+        self.progress = progress
+        self.gpu_types = clusters.gpu_types
+        self.total_gpus = clusters.total_gpus
+        self.truth = truth or truth_for(trace, clusters.reference_gpu)
+
+        self._cluster_names = tuple(c.name for c in clusters.clusters)
+        self._cluster_meta = {c.name: c for c in clusters.clusters}
+        self._nodes: dict[tuple[str, str], _NodeState] = {}
+        self._cluster_nodes: dict[str, list[_NodeState]] = {}
+        for cluster in clusters.clusters:
+            states = [_NodeState(n) for n in cluster.nodes]
+            self._cluster_nodes[cluster.name] = states
+            for state in states:
+                self._nodes[(cluster.name, state.base.name)] = state
+        self._cluster_values: dict[str, Cluster] = {}
+        self._max_node_gpus = max((n.gpus for c in clusters.clusters for n in c.nodes), default=0)
+
+        self._trace = sorted(trace, key=lambda j: j.submit_s)
+        self._check_trace()
+        self._records: list[JobRecord] = []
+        self._states: dict[str, _State] = {}
+        self._pending: dict[str, Job] = {}
+        self._running: dict[str, Running] = {}
+        self._events: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._tick_armed = False
+        self._busy_gpus = 0.0
+        self._times: list[float] = []
+        self._busy: list[float] = []
+        self._queue: list[int] = []
+        self._cycles = 0
+        self._plan_wall_s = 0.0
+        self._preemptions = 0
+        self._hold_reasons: dict[str, int] = {}
+        self.now_s = 0.0
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_trace(self) -> None:
+        names = set(self._cluster_names)
+        for job in self._trace:
+            if job.data_cluster is not None and job.data_cluster not in names:
+                raise InvalidSpec(
+                    [FieldError("data_cluster", f"unknown cluster {job.data_cluster!r}")],
+                    where=f"job {job.job_id}",
+                )
+
+    def _make_job(self, trace: TraceJob) -> Job:
+        per, workers, share = worker_shape(trace.gpus, self._max_node_gpus)
+        features: dict[str, float] = {"gpus": float(trace.gpus)}
+        for name in ("batch_size", "epochs", "dataset_samples", "steps", "data_gb"):
+            value = getattr(trace, name)
+            if value is not None:
+                features[name] = float(value)
+        checkpoint = self.checkpoint_default if trace.checkpoint is None else trace.checkpoint
+        return Job(
+            key=trace.job_id,
+            submit_s=trace.submit_s,
+            gpus_per_worker=per,
+            workers=workers,
+            gpu_share=share,
+            gpu_memory_gib=trace.gpu_memory_gib or 0.0,
+            cpu=(trace.cpu or 0.0) / workers,
+            memory_gib=(trace.memory_gib or 0.0) / workers,
+            user=trace.user,
+            group=trace.group,
+            priority=trace.priority,
+            model=trace.model,
+            features=MappingProxyType(features),
+            data_cluster=trace.data_cluster,
+            data_gb=trace.data_gb or 0.0,
+            image_gb=trace.image_gb or 0.0,
+            user_estimate_s=trace.user_estimate_s,
+            checkpoint=checkpoint,
+        )
+
+    def _fits_somewhere(self, job: Job) -> bool:
+        per_worker = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
+        for cluster in self.clusters.clusters:
+            slots = 0
+            for node in cluster.nodes:
+                if not node.schedulable or not job.allows(node.gpu_type):
+                    continue
+                if job.gpu_memory_gib > 0 and 0 < node.gpu_memory_gib < job.gpu_memory_gib:
+                    continue
+                fits = math.floor(node.gpus / per_worker + _EPS) if per_worker > 0 else job.workers
+                if job.cpu > 0 and node.cpu > 0:
+                    fits = min(fits, math.floor(node.cpu / job.cpu + _EPS))
+                if job.memory_gib > 0 and node.memory_gib > 0:
+                    fits = min(fits, math.floor(node.memory_gib / job.memory_gib + _EPS))
+                slots += max(0, fits)
+                if slots >= job.workers:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ events
+
+    def _push(self, at_s: float, kind: int, key: str = "", token: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at_s, kind, self._seq, key, token))
+
+    def run(self) -> SimResult:
+        """Run the whole trace; returns every job's record and the time series."""
+        started = time.perf_counter()
+        for trace in self._trace:
+            self._push(trace.submit_s, _ARRIVE, trace.job_id)
+        by_id = {t.job_id: t for t in self._trace}
+        events = self._events
+        while events:
+            now = events[0][0]
+            self.now_s = now
+            finished = 0
+            while events and events[0][0] == now:
+                _, kind, _, key, token = heapq.heappop(events)
+                if kind == _COMPLETE:
+                    finished += self._complete(key, token)
+                elif kind == _ARRIVE:
+                    self._arrive(by_id[key])
+                elif kind == _TICK:
+                    self._tick_armed = False
+            if finished and self.progress is not None:
+                self.progress(finished)
+            if self._pending:
+                self._cycle()
+            self._record_sample()
+            if self.tick_s is not None and not self._tick_armed and self._pending and self._running:
+                self._tick_armed = True
+                self._push(now + self.tick_s, _TICK)
+        wall = time.perf_counter() - started
+        return SimResult(
+            policy=self.policy_name,
+            estimator=self.estimator_name,
+            records=tuple(self._records),
+            total_gpus=self.total_gpus,
+            times_s=tuple(self._times),
+            busy_gpus=tuple(self._busy),
+            queue_len=tuple(self._queue),
+            cycles=self._cycles,
+            wall_s=wall,
+            plan_wall_s=self._plan_wall_s,
+            preemptions=self._preemptions,
+            stats=dict(sorted(self._hold_reasons.items())),
+        )
+
+    def _record_sample(self) -> None:
+        self._times.append(self.now_s)
+        self._busy.append(self._busy_gpus)
+        self._queue.append(len(self._pending))
+
+    def _arrive(self, trace: TraceJob) -> None:
+        job = self._make_job(trace)
+        record = JobRecord(
+            job_id=trace.job_id,
+            submit_s=trace.submit_s,
+            gpus=trace.gpus,
+            duration_s=trace.duration_s,
+            model=trace.model,
+            user=trace.user,
+            group=trace.group,
+        )
+        self._records.append(record)
+        if not self._fits_somewhere(job):
+            record.infeasible = True
+            return
+        job = replace(job, estimate=self.estimator.estimate(job, self.gpu_types))
+        self._states[job.key] = _State(job=job, record=record)
+        self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        self._pending[job.key] = job
+        if job.not_before_s > self.now_s:
+            self._push(job.not_before_s, _WAKE, job.key)
+
+    # ------------------------------------------------------------------ cycle
+
+    def snapshot(self) -> Snapshot:
+        """The world as the scheduler sees it now."""
+        return Snapshot(
+            now_s=self.now_s,
+            policy=self.policy,
+            pending=tuple(self._pending.values()),
+            running=tuple(self._running.values()),
+            clusters=self._cluster_tuple(),
+            bandwidth_gbps=self.clusters.bandwidth_gbps,
+        )
+
+    def _cluster_tuple(self) -> tuple[Cluster, ...]:
+        out = []
+        for name in self._cluster_names:
+            value = self._cluster_values.get(name)
+            if value is None:
+                nodes = tuple(state.node() for state in self._cluster_nodes[name])
+                value = replace(self._cluster_meta[name], nodes=nodes)
+                self._cluster_values[name] = value
+            out.append(value)
+        return tuple(out)
+
+    def _cycle(self) -> None:
+        snapshot = self.snapshot()
+        started = time.perf_counter()
+        plan = self.plan(snapshot)
+        self._plan_wall_s += time.perf_counter() - started
+        self._cycles += 1
+        self.apply(plan, snapshot)
+
+    def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
+        """Carry out ``plan`` (made from ``snapshot``) strictly; InvalidPlan on any violation."""
+        preempted: set[str] = set()
+        for preempt in plan.preemptions:
+            if preempt.job_key in preempted:
+                raise InvalidPlan(f"job {preempt.job_key!r} preempted twice in one plan")
+            if preempt.job_key not in self._running:
+                raise InvalidPlan(f"cannot preempt {preempt.job_key!r}: it is not running")
+            preempted.add(preempt.job_key)
+            self._preempt(preempt.job_key)
+        started: set[str] = set()
+        for start in plan.starts:
+            key = start.job_key
+            if key in started:
+                raise InvalidPlan(f"job {key!r} started twice in one plan")
+            if key in preempted or key not in self._pending:
+                raise InvalidPlan(f"cannot start {key!r}: it is not pending")
+            started.add(key)
+            self._start(start, snapshot)
+        for hold in plan.holds:
+            if hold.job_key not in self._states:
+                raise InvalidPlan(f"hold names unknown job {hold.job_key!r}")
+            reason = str(hold.reason)
+            self._hold_reasons[reason] = self._hold_reasons.get(reason, 0) + 1
+
+    def _start(self, start: Start, snapshot: Snapshot) -> None:
+        key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
+        job = self._pending[key]
+        if cluster not in self._cluster_meta or not self._cluster_meta[cluster].ready:
+            raise InvalidPlan(f"cannot start {key!r} on unknown or unready cluster {cluster!r}")
+        if not job.allows(gpu_type):
+            raise InvalidPlan(f"job {key!r} may not run on {gpu_type}")
+        if len(nodes) != job.workers:
+            raise InvalidPlan(
+                f"job {key!r} has {job.workers} worker(s) but {len(nodes)} node(s) given"
+            )
+        per_gpu = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
+        node_keys = tuple((cluster, name) for name in nodes)
+        for node_key in node_keys:
+            node = self._nodes.get(node_key)
+            if node is None:
+                raise InvalidPlan(f"job {key!r}: no node {node_key[1]!r} in cluster {cluster!r}")
+            base = node.base
+            if base.gpu_type != gpu_type:
+                raise InvalidPlan(
+                    f"job {key!r}: node {base.name} has {base.gpu_type}, plan says {gpu_type}"
+                )
+            if not base.schedulable:
+                raise InvalidPlan(f"job {key!r}: node {base.name} is not schedulable")
+            if job.gpu_memory_gib > 0 and 0 < base.gpu_memory_gib < job.gpu_memory_gib:
+                raise InvalidPlan(f"job {key!r}: node {base.name} GPUs have too little memory")
+        # Take resources worker by worker, so repeated nodes are checked cumulatively.
+        taken: list[_NodeState] = []
+        for node_key in node_keys:
+            node = self._nodes[node_key]
+            node.free_gpus -= per_gpu
+            node.free_cpu -= job.cpu
+            node.free_mem -= job.memory_gib
+            taken.append(node)
+            if node.free_gpus < -_EPS or node.free_cpu < -_EPS or node.free_mem < -_EPS:
+                raise InvalidPlan(
+                    f"job {key!r} overcommits node {node.base.name} of {cluster}: "
+                    f"free gpus={node.free_gpus:g}, cpu={node.free_cpu:g}, memory={node.free_mem:g}"
+                )
+        transfer_s = self.transfer(job, cluster, snapshot)
+        if transfer_s is None:
+            raise InvalidPlan(f"job {key!r}: its data cannot reach cluster {cluster!r}")
+        for node in taken:
+            node.value = None
+        self._cluster_values.pop(cluster, None)
+
+        state = self._states[key]
+        record = state.record
+        restart_s = self.policy.preemption.restart_cost_s if record.preemptions else 0.0
+        full = self.truth.runtime_s(key, gpu_type)
+        now = self.now_s
+        state.token += 1
+        state.node_keys = node_keys
+        state.full_runtime_s = full
+        state.compute_start_s = now + transfer_s + restart_s
+        true_end = state.compute_start_s + full * state.remaining
+        predicted = start.predicted_runtime_s * state.remaining
+        running = Running(
+            job=job,
+            cluster=cluster,
+            gpu_type=gpu_type,
+            nodes=tuple(nodes),
+            start_s=now,
+            predicted_end_s=now + start.transfer_s + restart_s + predicted,
+        )
+        state.running = running
+        del self._pending[key]
+        self._running[key] = running
+        self._busy_gpus += job.gpus
+        if record.first_start_s is None:
+            record.first_start_s = now
+        record.cluster = cluster
+        record.gpu_type = gpu_type
+        record.estimate_s = job.estimate.on(gpu_type)
+        self._push(true_end, _COMPLETE, key, state.token)
+
+    def _release(self, state: _State) -> float:
+        """Free the job's resources; returns the time it held them in this attempt."""
+        running = state.running
+        assert running is not None
+        job = state.job
+        per_gpu = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
+        for node_key in state.node_keys:
+            node = self._nodes[node_key]
+            node.free_gpus += per_gpu
+            node.free_cpu += job.cpu
+            node.free_mem += job.memory_gib
+            node.value = None
+        self._cluster_values.pop(running.cluster, None)
+        del self._running[job.key]
+        self._busy_gpus -= job.gpus
+        held = self.now_s - running.start_s
+        state.record.run_s += held
+        state.record.gpu_s += held * job.gpus
+        state.running = None
+        state.node_keys = ()
+        return held
+
+    def _complete(self, key: str, token: int) -> int:
+        state = self._states[key]
+        if state.token != token or state.running is None:
+            return 0  # a completion scheduled before a preemption
+        gpu_type = state.running.gpu_type
+        self._release(state)
+        state.remaining = 0.0
+        record = state.record
+        record.finish_s = self.now_s
+        record.runtime_s = state.full_runtime_s
+        self.estimator.observe(state.job, gpu_type, state.full_runtime_s)
+        return 1
+
+    def _preempt(self, key: str) -> None:
+        state = self._states[key]
+        job = state.job
+        held = self._release(state)
+        state.token += 1
+        done = max(0.0, self.now_s - state.compute_start_s) / state.full_runtime_s
+        if job.checkpoint:
+            state.remaining = max(0.0, state.remaining - done)
+        state.record.preemptions += 1
+        self._preemptions += 1
+        job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
+        state.job = job
+        self._enqueue(job)
+
+
+def truth_for(trace: Iterable[TraceJob], reference_gpu: str) -> TrueRuntime:
+    """The ground truth of ``trace``: each job's runtime per GPU type."""
+    truth = TrueRuntime(reference_gpu)
+    for job in trace:
+        truth.add(
+            job.job_id,
+            duration_s=job.duration_s,
+            gpu_type=job.gpu_type,
+            model=job.model,
+            batch_size=job.batch_size,
+            gpus=job.gpus,
+        )
+    return truth
