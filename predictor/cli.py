@@ -73,6 +73,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="apply the learned residual in full (skip the inner-CV weight)",
     )
+    ev.add_argument(
+        "--observe-per-model",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --holdout-gpu: let the online estimator observe K held-out jobs per "
+        "model first, and score the rest",
+    )
     ev.add_argument("--json", action="store_true")
     return parser
 
@@ -178,6 +186,20 @@ def _evaluate(args: argparse.Namespace) -> int:
     measurements = measurements_from_table(table)
     holdout_gpu = table.resolve_gpu(args.holdout_gpu) if args.holdout_gpu else None
     holdout_model = table.resolve_model(args.holdout_model) if args.holdout_model else None
+    if args.observe_per_model:
+        if holdout_gpu is None:
+            raise ValueError("--observe-per-model needs --holdout-gpu")
+        from predictor.online import evaluate_with_observations
+
+        online = evaluate_with_observations(
+            table,
+            holdout_gpu,
+            per_model=args.observe_per_model,
+            family=args.model_family,
+            seed=args.seed,
+        )
+        print(json.dumps(online) if args.json else f"after observing: {online}")
+        return 0
     result = evaluate(
         measurements,
         family=args.model_family,
