@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import ssl
 import sys
 import threading
@@ -118,6 +119,17 @@ def _http_get(url: str, *, ctx: ssl.SSLContext | None = None, timeout_s: float =
     with urllib.request.urlopen(url, timeout=timeout_s, context=ctx) as resp:
         body: bytes = resp.read()
         return body.decode("utf-8", "replace")
+
+
+def _port_free(port: int) -> bool:
+    """True if nothing listens on 127.0.0.1:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _insecure_ctx() -> ssl.SSLContext:
@@ -249,6 +261,10 @@ class Testbed:
             tmp = self.state_dir / "state.json.tmp"
             tmp.write_text(json.dumps(raw, indent=1))
             tmp.replace(self.state_dir / "state.json")
+
+    def process_table(self) -> dict[str, procs.Proc]:
+        """Every recorded process by ``<cluster>/<component>`` (alive or not)."""
+        return dict(self._procs)
 
     def processes(self) -> list[procs.Proc]:
         """The bed's processes that are alive now."""
@@ -521,6 +537,15 @@ class Testbed:
         proc = self._procs.get(key)
         started = False
         if proc is None or not procs.alive(proc):
+            ports = [cluster.port(self.spec.port_base, component)]
+            if component == "etcd":
+                ports.append(cluster.port(self.spec.port_base, "etcd-peer"))
+            for port in ports:
+                if not _port_free(port):
+                    raise TestbedError(
+                        f"port {port} for {key} is taken by another process; "
+                        "set CPN_TESTBED_PORT_BASE to move the bed"
+                    )
             proc = procs.spawn(
                 self._argv(cluster, component, b),
                 log,

@@ -30,7 +30,12 @@ def testbed() -> Iterator[Testbed]:
     """The running test bed (hub + members), started once per session."""
     tb = Testbed()
     was_running = tb.status().any_running
-    tb.up()
+    try:
+        tb.up()
+    except BaseException:
+        if not was_running:
+            tb.down()  # leave no half-started bed behind
+        raise
     yield tb
     if not was_running and os.environ.get("CPN_TESTBED_KEEP") != "1":
         tb.down()

@@ -31,6 +31,7 @@ t1=$(date +%s)
 say "packages ready in $((t1 - t0)) s ($(prometheus --version 2>&1 | head -1 | cut -d' ' -f1-3))"
 
 # --- Go binaries ---------------------------------------------------------------
+command -v go >/dev/null || PATH=/usr/local/go/bin:$PATH   # the image installs Go there
 command -v go >/dev/null || die "go (>= 1.26) is not installed; the machine image provides it"
 BIN=$(bash go/build.sh | tail -1) || die "building the Go binaries failed (see above)"
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do

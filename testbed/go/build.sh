@@ -7,7 +7,9 @@
 # Never writes into the work tree. Static (CGO_ENABLED=0), trimmed, versioned like upstream.
 set -euo pipefail
 cd "$(dirname "$0")"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+# -mod=readonly: go.mod/go.sum are never rewritten; a mismatch is an error, not a silent fetch
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+command -v go >/dev/null || PATH=/usr/local/go/bin:$PATH   # the image installs Go there
 
 KVER=v1.36.3
 KWOKVER=0.8.0
@@ -59,13 +61,16 @@ go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$LDF" -o "$TMP/" \
   sigs.k8s.io/kwok/cmd/kwok
 t2=$(date +%s)
 echo "testbed binaries: kubernetes + kwok built in $((t2 - t1)) s" >&2
-go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o "$TMP/etcd" go.etcd.io/etcd/server/v3
+ETCDVER=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+go build -trimpath -tags grpcnotrace \
+  -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCDVER}-module" \
+  -o "$TMP/etcd" go.etcd.io/etcd/server/v3
 t3=$(date +%s)
 echo "testbed binaries: etcd built in $((t3 - t2)) s" >&2
 
 "$TMP/kube-apiserver" --version | grep -qx "Kubernetes ${KVER}" \
   || { echo "build.sh: kube-apiserver reports the wrong version" >&2; exit 1; }
 rm -rf "$BIN"; mv "$TMP" "$BIN"; trap - EXIT
-echo "key=$KEY k8s=$KVER kwok=$KWOKVER $(go version) built_s=$((t3 - t0))" > "$ROOT/build.ok"
+echo "key=$KEY k8s=$KVER kwok=$KWOKVER etcd=$ETCDVER $(go version) built_s=$((t3 - t0))" > "$ROOT/build.ok"
 echo "testbed binaries: done in $((t3 - t0)) s" >&2
 echo "$BIN"

@@ -41,7 +41,8 @@ def _promql(tb: Testbed, cluster: str, query: str) -> list[dict[str, Any]]:
     return result
 
 
-@pytest.mark.timeout(60)
+# generous: the first test using the fixture also pays for bringing the bed up
+@pytest.mark.timeout(240)
 def test_status_reports_every_component_healthy(testbed: Testbed) -> None:
     """status() lists every component of every cluster, each running and healthy."""
     status = testbed.status()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from testbed import procs
@@ -18,6 +20,9 @@ def test_down_leaves_no_process_then_up_restores_the_bed(testbed: Testbed) -> No
     testbed.down()
     assert not any(procs.alive(p) for p in recorded)
     assert testbed.stray_processes() == []
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    leftovers = [line for line in ps.stdout.splitlines() if str(testbed.state_dir) in line]
+    assert leftovers == []
     assert not testbed.status().any_running
     report = testbed.up()
     assert not report.already_running
