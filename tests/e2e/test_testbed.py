@@ -221,3 +221,37 @@ def test_failed_outcome_fails_the_job(testbed: Testbed, member_namespace: str) -
         pods = core.list_namespaced_pod(ns, label_selector="job-name=crash").items
         assert [p.status.phase for p in pods] == ["Failed"]
         assert pods[0].status.container_statuses[0].state.terminated.exit_code == 1
+
+
+@pytest.mark.timeout(60)
+def test_deleting_a_running_job_removes_its_pod(testbed: Testbed) -> None:
+    """Deleting a running Job on member-b removes its pod (kwok plays the kubelet's part)."""
+    from testbed.fixtures import delete_namespace, make_namespace
+
+    member = testbed.members[1]
+    v100 = testbed.spec.cluster(member).nodes[0].gpu_model.gfd_product
+    ns = make_namespace(testbed, member)
+    try:
+        with testbed.api_client(member) as api:
+            batch: Any = client.BatchV1Api(api)
+            core: Any = client.CoreV1Api(api)
+            batch.create_namespaced_job(
+                ns, gpu_job("victim", gpus=4, duration="1h", gpu_product=v100, outcome="Hang")
+            )
+
+            def running_pod() -> Any:
+                pod = _only_pod(core, ns, "victim")
+                return pod if pod is not None and pod.status.phase == "Running" else None
+
+            pod = wait_for(running_pod, timeout_s=30, what="the pod to run")
+            assert (
+                core.read_node(pod.spec.node_name).metadata.labels["nvidia.com/gpu.product"] == v100
+            )
+            batch.delete_namespaced_job("victim", ns, propagation_policy="Background")
+            wait_for(
+                lambda: not core.list_namespaced_pod(ns).items,
+                timeout_s=30,
+                what="the pod to be deleted",
+            )
+    finally:
+        delete_namespace(testbed, member, ns)
