@@ -158,8 +158,9 @@ class Testbed:
         self._bin_dir = bin_dir
         saved = self._load_state()
         if saved and nodes_file is None and port_base is None:
-            # a running bed keeps the layout it was started with
-            nodes_file = Path(saved["nodes_file"])
+            # a running bed keeps the layout it was started with (if that file still exists)
+            if Path(saved["nodes_file"]).exists():
+                nodes_file = Path(saved["nodes_file"])
             port_base = int(saved["port_base"])
         self.nodes_file = (nodes_file or Path(__file__).with_name("nodes.yaml")).absolute()
         self.spec: BedSpec = load_spec(self.nodes_file, port_base=port_base)
