@@ -8,7 +8,7 @@ import pytest
 
 from cpn.core.cycle import plan_cycle
 from cpn.core.model import Cluster, Node, WaitReason
-from cpn.core.policy import GroupQuota, Limit, QueuePolicy, Quotas, Reservation
+from cpn.core.policy import GroupQuota, Limit, Placement, QueuePolicy, Quotas, Reservation
 from cpn.core.presets import preset_policy
 from tests.builders import cluster, job, nodes, running, snapshot
 
@@ -264,9 +264,20 @@ def test_waits_for_a_much_faster_gpu_about_to_free():
     slow = cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8))
     r = running(job("r", gpus=8), "fast", A100, ("fast-0",), end_s=60)
     j = job("a", runtime_s={A100: 1000, V100: 10000})
-    plan = plan_cycle(snapshot(jobs=[j], clusters=[fast, slow], running_jobs=[r]))
+    policy = QueuePolicy(placement=Placement(wait_for_faster=True))
+    plan = plan_cycle(snapshot(jobs=[j], clusters=[fast, slow], running_jobs=[r], policy=policy))
     assert plan.starts == ()
     assert hold_of(plan, "a").reason == WaitReason.Waiting
+
+
+def test_work_conserving_by_default_starts_on_the_slower_gpu():
+    """Without wait_for_faster, a job that fits somewhere starts now."""
+    fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8, free=[0]))
+    slow = cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8))
+    r = running(job("r", gpus=8), "fast", A100, ("fast-0",), end_s=60)
+    j = job("a", runtime_s={A100: 1000, V100: 10000})
+    plan = plan_cycle(snapshot(jobs=[j], clusters=[fast, slow], running_jobs=[r]))
+    assert [s.cluster for s in plan.starts] == ["slow"]
 
 
 def test_las_preempts_the_job_with_most_service():

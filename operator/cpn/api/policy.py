@@ -246,6 +246,7 @@ _RESERVATION: Mapping[str, Parser] = {
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": _choice(METHODS),
+    "wait_for_faster": _boolean,
     "wait_weight": _number(0.0, MAX_WEIGHT),
     "transfer_weight": _number(0.0, MAX_WEIGHT),
     "runtime_weight": _number(0.0, MAX_WEIGHT),

@@ -212,7 +212,7 @@ class _Cycle:
     def _defer_for_faster(self, item: Ranked, cands: list[Candidate]) -> Candidate | None:
         """A candidate worth waiting for: it completes sooner than any that fits now."""
         method = self.policy.placement.method
-        if method in {"first-fit", "fastest"}:
+        if method in {"first-fit", "fastest"} or not self.policy.placement.wait_for_faster:
             return None
         job = item.job
         now_best = math.inf
@@ -412,7 +412,7 @@ class _Cycle:
         if sum(1 for opts in choices.values() if opts) < 2:
             return
         defer_cost: dict[str, float] = {}
-        for item in eligible:
+        for item in eligible if self.policy.placement.wait_for_faster else ():
             best = math.inf
             for cand in cands[item.job.key]:
                 found = self.capacity.earliest_fit(item.job, cand.key, self.now, from_empty=True)

@@ -6,10 +6,14 @@ priority-weighted completion time::
 
     minimise  sum_j w_j * ( sum_o cost(j, o) * x[j, o]  +  defer(j) * y[j] )
 
-where ``cost = transfer_weight * transfer_s + runtime_weight * runtime_s`` and
-``defer(j) = wait_weight * (time until it would fit as running jobs end) +
-its best cost``. ``w_j`` halves every :data:`RANK_HALF_LIFE` ranks, so the
-queue order decides contention unless a lower-ranked job gains much more.
+where ``cost = transfer_weight * transfer_s + runtime_weight * runtime_s``.
+With ``placement.wait_for_faster``, ``defer(j) = wait_weight * (time until it
+would fit as running jobs end) + its best cost``, so a job may wait for a
+faster GPU type; without it (the default) ``defer(j)`` is a penalty larger than
+any cost, so the solver first starts as much (rank-weighted) work as fits and
+only then minimises completion time: work-conserving. ``w_j`` halves every
+:data:`RANK_HALF_LIFE` ranks, so the queue order decides contention unless a
+lower-ranked job gains much more.
 Constraints: GPUs, CPU and memory of each group; nodes held by a reservation
 only for jobs that end before it starts; group and user quotas (total and per
 GPU type); one choice per job.

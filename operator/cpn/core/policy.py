@@ -102,12 +102,16 @@ class Placement:
     """How the head of the queue is placed.
 
     ``method`` is ``milp`` (PuLP + HiGHS, greedy fallback) or ``greedy``. The
-    objective weights the three parts of completion time. ``window`` bounds how
+    objective weights the three parts of completion time. With
+    ``wait_for_faster`` a job may stay queued for a faster GPU type that frees
+    soon, when that finishes it sooner; without it placement is work-conserving
+    (a job that fits somewhere starts). ``window`` bounds how
     many jobs the MILP sees; ``affinity`` pins member Jobs to the chosen node
     (``node``) or only to its GPU type (``gpu-type``).
     """
 
     method: str = "milp"
+    wait_for_faster: bool = False
     wait_weight: float = 1.0
     transfer_weight: float = 1.0
     runtime_weight: float = 1.0

@@ -1,0 +1,48 @@
+"""The queue projected forward gives each waiting job a start and finish time."""
+
+from __future__ import annotations
+
+from cpn.core.eta import project
+from cpn.core.presets import preset_policy
+from tests.builders import cluster, job, nodes, running, snapshot
+
+A100 = "A100-80GB"
+
+
+def test_waiting_jobs_start_when_predicted_capacity_frees():
+    """Two 8-GPU jobs queue behind a running one: one starts at its end, the next after that."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+    r = running(job("r", gpus=8), "m", A100, ("m-0",), start_s=0, end_s=100)
+    jobs = [
+        job("a", gpus=8, runtime_s=50, submitted_s=1),
+        job("b", gpus=8, runtime_s=70, submitted_s=2),
+    ]
+    out = project(
+        snapshot(jobs=jobs, clusters=[c], running_jobs=[r], now_s=10, policy=preset_policy("fifo"))
+    )
+    assert (out["a"].start_s, out["a"].end_s) == (100, 150)
+    assert (out["b"].start_s, out["b"].end_s) == (150, 220)
+
+
+def test_jobs_that_fit_now_start_now():
+    """A job with room starts at the snapshot's instant."""
+    c = cluster("m", nodes("m", 1, gpus=8))
+    out = project(snapshot(jobs=[job("a", runtime_s=30)], clusters=[c], now_s=5))
+    assert out["a"].start_s == 5 and out["a"].end_s == 35 and out["a"].cluster == "m"
+
+
+def test_overrunning_job_is_expected_to_end_imminently():
+    """A running job past its predicted end frees its GPUs right after now."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+    r = running(job("r", gpus=8), "m", A100, ("m-0",), start_s=0, end_s=5)
+    out = project(
+        snapshot(jobs=[job("a", gpus=8, runtime_s=10)], clusters=[c], running_jobs=[r], now_s=50)
+    )
+    assert out["a"].start_s == 51
+
+
+def test_infeasible_and_suspended_jobs_get_no_eta():
+    """Jobs that can never start, or are suspended, are absent from the projection."""
+    c = cluster("m", nodes("m", 1, gpus=8))
+    out = project(snapshot(jobs=[job("huge", gpus=16), job("s", suspended=True)], clusters=[c]))
+    assert out == {}
