@@ -33,6 +33,8 @@ class OperatorConfig:
     """File for the JSON decision log ("-" = stdout, "" = off)."""
     metrics_port: int = 0
     """Port of /metrics and /healthz on 127.0.0.1 (0 = off)."""
+    eta_interval_s: float = 5.0
+    """The queue is projected forward for ETAs at most this often."""
     dispatch_workers: int = 16
     """Parallel API calls when dispatching."""
     leader_election: bool = False

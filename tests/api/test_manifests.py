@@ -389,12 +389,6 @@ def test_probes_use_the_liveness_endpoint_cpn_run_is_given(base: list[dict[str, 
         assert liveness.endswith(f":{ports[get['port']]}{get['path']}"), probe
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SystemExit,
-    reason="`cpn run` has no --liveness option yet (kopf.run(liveness_endpoint=...)); "
-    "remove this marker when it does",
-)
 def test_cpn_run_accepts_the_deployment_args(
     base: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

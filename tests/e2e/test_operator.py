@@ -21,6 +21,12 @@ from testbed.bed import Testbed
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
+#: The default policy with quick retries, so failure tests finish in seconds.
+TEST_POLICY = """
+retry: {max_attempts: 2, backoff_s: 1}
+"""
+
+
 class Hub:
     """The hub with the operator running: helpers to apply and read AIJobs."""
 
@@ -68,6 +74,7 @@ def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         testbed.kubeconfig("hub"),
         members,
         prometheus={m: testbed.prometheus_url(m) for m in testbed.members},
+        policy_yaml=TEST_POLICY,
     )
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = start_operator(testbed.kubeconfig("hub"), log, interval_s=5, debounce_s=0.1)
@@ -90,7 +97,9 @@ def namespace(hub: Hub) -> Iterator[str]:
         {"metadata": {"name": name, "labels": {"cpn.io/user": "alice", "cpn.io/group": "vision"}}}
     )
     yield name
-    hub.kubectl("delete", "aijobs", "--all", "-n", name, "--wait=false", check=False)
+    # While the operator runs, so its finalizer lets the AIJobs go.
+    hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
+    hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def aijob(
@@ -141,11 +150,7 @@ def test_aijobs_run_where_planned_and_succeed(hub: Hub, namespace: str) -> None:
     result = apply(hub, namespace, aijob("a"), aijob("b", gpus=4), aijob("c", gpus=8))
     assert result.returncode == 0, result.stderr
     for name in ("a", "b", "c"):
-        status = wait_until(
-            lambda n=name: (s := hub.status(namespace, n)).get("phase") == "Succeeded" and s,
-            timeout_s=120,
-            what=f"{name} Succeeded",
-        )
+        status = wait_status(hub, namespace, name, timeout_s=120, phase="Succeeded")
         assert status["actualRuntimeSeconds"] > 0
         assert status["cluster"] in hub.tb.members
         uid = hub.aijob(namespace, name)["metadata"]["uid"]
@@ -154,3 +159,197 @@ def test_aijobs_run_where_planned_and_succeed(hub: Hub, namespace: str) -> None:
         assert jobs[0].metadata.labels["cpn.io/aijob-name"] == name
         # The A100s finish these models sooner: cpn should have chosen them.
         assert status["gpuType"] == "A100-80GB"
+
+
+def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
+    """Reasons of the Events posted about an object."""
+    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return [e.reason for e in events.items]
+
+
+def wait_status(
+    hub: Hub, namespace: str, name: str, *, timeout_s: float = 60, **want: Any
+) -> dict[str, Any]:
+    """Wait until the AIJob's status has every ``want`` field; the error shows the last status."""
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        nonlocal last
+        last = hub.status(namespace, name)
+        return last if all(last.get(k) == v for k, v in want.items()) else None
+
+    try:
+        found: dict[str, Any] = wait_until(check, timeout_s=timeout_s, what=f"{name} {want}")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; last status: {json.dumps(last, indent=1)}") from None
+    return found
+
+
+def printed_table(text: str) -> list[dict[str, str]]:
+    """kubectl's table as dicts, cut at the header's column starts (cells may be empty)."""
+    lines = text.splitlines()
+    header = lines[0]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    names = header.split()
+    rows = []
+    for line in lines[1:]:
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        rows.append(dict(zip(names, cells, strict=True)))
+    return [dict.fromkeys(names, ""), *rows] if rows else [dict.fromkeys(names, "")]
+
+
+def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> None:
+    """When the clusters are full, waiting AIJobs show a position, an ETA and why they wait."""
+    long = {"A100-80GB": "40s", "V100-32GB": "60s"}
+    docs = [aijob(f"fill-{i}", gpus=8, durations=long) for i in range(4)]
+    docs += [aijob(f"wait-{i}", gpus=8, durations=long, gpu_types=["A100-80GB"]) for i in range(2)]
+    assert apply(hub, namespace, *docs).returncode == 0
+
+    def waiting() -> list[dict[str, Any]]:
+        out = []
+        for i in range(2):
+            status = hub.status(namespace, f"wait-{i}")
+            if status.get("phase") == "Queued" and status.get("position") and status.get("eta"):
+                out.append(status)
+        return out if len(out) == 2 else []
+
+    statuses = wait_until(waiting, timeout_s=60, what="two waiting jobs with ETAs")
+    assert sorted(s["position"] for s in statuses) == [1, 2]
+    assert all(s["reason"] in {"Capacity", "Priority", "Reservation"} for s in statuses)
+    rows = printed_table(hub.kubectl("get", "aijobs", "-n", namespace).stdout)
+    assert list(rows[0])[:10] == [
+        "NAME",
+        "QUEUE",
+        "POSITION",
+        "PHASE",
+        "CLUSTER",
+        "GPUS",
+        "GPU-TYPE",
+        "PREDICTED",
+        "ETA",
+        "AGE",
+    ]
+    row = next(r for r in rows if r["NAME"] == "wait-0")
+    assert row["PHASE"] == "Queued" and row["ETA"].endswith("Z") and row["POSITION"]
+    assert row["GPUS"] == "8" and row["PREDICTED"]
+    hub.kubectl("delete", "aijobs", "--all", "-n", namespace, "--wait=false")
+
+
+def test_delete_cancels_and_removes_the_member_job(hub: Hub, namespace: str) -> None:
+    """Deleting a running AIJob deletes its member Job."""
+    doc = aijob("forever", annotations={"testbed.cpn.io/outcome": "Hang"})
+    assert apply(hub, namespace, doc).returncode == 0
+    status = wait_status(hub, namespace, "forever", timeout_s=60, phase="Running")
+    uid = hub.aijob(namespace, "forever")["metadata"]["uid"]
+    assert len(hub.member_jobs(status["cluster"], uid)) == 1
+    hub.kubectl("delete", "aijob", "forever", "-n", namespace, "--timeout=60s")
+    wait_until(
+        lambda: not hub.member_jobs(status["cluster"], uid), timeout_s=60, what="member Job deleted"
+    )
+
+
+def test_suspend_holds_and_release_runs(hub: Hub, namespace: str) -> None:
+    """A suspended AIJob is held with no member Job; clearing suspend lets it run."""
+    assert apply(hub, namespace, aijob("held", suspend=True)).returncode == 0
+    status = wait_status(hub, namespace, "held", timeout_s=30, phase="Suspended")
+    assert "cluster" not in status
+    uid = hub.aijob(namespace, "held")["metadata"]["uid"]
+    assert all(not hub.member_jobs(m, uid) for m in hub.tb.members)
+    hub.kubectl(
+        "patch",
+        "aijob",
+        "held",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"suspend": false}}',
+    )
+    wait_until(
+        lambda: hub.status(namespace, "held").get("phase") == "Succeeded",
+        timeout_s=60,
+        what="held Succeeded after release",
+    )
+
+
+def test_failing_job_is_retried_then_failed_with_reason(hub: Hub, namespace: str) -> None:
+    """A job whose pods fail is retried up to the policy's limit, then Failed, saying why."""
+    doc = aijob(
+        "broken",
+        durations={"A100-80GB": "1s", "V100-32GB": "1s"},
+        annotations={"testbed.cpn.io/outcome": "Failed"},
+    )
+    assert apply(hub, namespace, doc).returncode == 0
+    status = wait_status(hub, namespace, "broken", timeout_s=90, phase="Failed")
+    assert status["attempts"] == 2
+    assert "no retries left" in status["message"]
+    finished = next(c for c in status["conditions"] if c["type"] == "Finished")
+    assert finished["status"] == "True" and finished["reason"] == "Failed"
+    assert "Retrying" in events_of(hub, namespace, "broken")
+
+
+def test_schema_refuses_a_malformed_aijob(hub: Hub, namespace: str) -> None:
+    """The API server refuses what the schema forbids, naming the field."""
+    doc = aijob("bad")
+    doc["spec"]["resources"]["gpus"] = "lots"
+    result = apply(hub, namespace, doc)
+    assert result.returncode != 0
+    assert "spec.resources.gpus" in result.stderr
+    doc = aijob("shared")
+    doc["spec"]["resources"].update({"gpus": 2, "gpuShare": 0.5})
+    result = apply(hub, namespace, doc)
+    assert result.returncode != 0 and "gpuShare" in result.stderr
+
+
+def test_impossible_aijobs_are_marked_and_never_dispatched(hub: Hub, namespace: str) -> None:
+    """Too many GPUs per worker, or an unknown GPU type: a condition says so; no member Job."""
+    docs = [aijob("too-big", gpus=16), aijob("no-such-gpu", gpu_types=["Z9000"])]
+    assert apply(hub, namespace, *docs).returncode == 0
+    big = wait_status(hub, namespace, "too-big", timeout_s=30, reason="Infeasible")
+    valid = next(c for c in big["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False" and "16" in valid["message"]
+    unknown = wait_status(hub, namespace, "no-such-gpu", timeout_s=30, phase="Invalid")
+    valid = next(c for c in unknown["conditions"] if c["type"] == "Valid")
+    assert valid["reason"] == "InvalidSpec" and "gpuTypes[0]" in valid["message"]
+    for name in ("too-big", "no-such-gpu"):
+        uid = hub.aijob(namespace, name)["metadata"]["uid"]
+        assert all(not hub.member_jobs(m, uid) for m in hub.tb.members)
+
+
+def test_policy_edit_changes_the_next_decision_and_bad_policy_is_refused(
+    hub: Hub, namespace: str
+) -> None:
+    """A quota edit holds new jobs at once; a broken policy is refused and the old one stays."""
+    cm = ["get", "configmap", "cpn-policy", "-n", "cpn-system", "-o", "json"]
+    original = json.loads(hub.kubectl(*cm).stdout)["data"]["policy.yaml"]
+
+    def set_policy(text: str) -> None:
+        patch = json.dumps({"data": {"policy.yaml": text}})
+        hub.kubectl(
+            "patch", "configmap", "cpn-policy", "-n", "cpn-system", "--type=merge", "-p", patch
+        )
+
+    try:
+        set_policy(TEST_POLICY + "quotas: {groups: {vision: {gpus: 0}}}\n")
+        wait_until(
+            lambda: "PolicyAccepted" in events_of(hub, "cpn-system", "cpn-policy"),
+            timeout_s=30,
+            what="policy accepted",
+        )
+        assert apply(hub, namespace, aijob("capped")).returncode == 0
+        status = wait_status(hub, namespace, "capped", timeout_s=30, reason="Quota")
+        assert "vision" in status["message"]
+        set_policy(TEST_POLICY + "formula: '1 +'\n")
+        wait_until(
+            lambda: "InvalidPolicy" in events_of(hub, "cpn-system", "cpn-policy"),
+            timeout_s=30,
+            what="InvalidPolicy event",
+        )
+        assert hub.status(namespace, "capped")["reason"] == "Quota"  # the quota stays
+    finally:
+        set_policy(original)
+    wait_until(
+        lambda: hub.status(namespace, "capped").get("phase") == "Succeeded",
+        timeout_s=60,
+        what="capped runs once the quota is lifted",
+    )

@@ -13,10 +13,6 @@ from cpn.config import load_config
 from cpn.runtime.engine import Runtime
 
 
-def _post_event(body: Any, reason: str, message: str, warning: bool) -> None:
-    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message[:1000])
-
-
 def build_estimator(history_db: str, artifact: str) -> Any:
     """The learned predictor; construction never fails the operator."""
     from predictor.online import PredictorEstimator
@@ -42,7 +38,6 @@ async def operator_started(
         config,
         hub_client(),
         build_estimator(config.history_db, config.predictor_artifact),
-        post_event=_post_event,
     )
     memo.runtime = runtime
     memo.loop_task = asyncio.create_task(runtime.run(), name="cpn-scheduler")

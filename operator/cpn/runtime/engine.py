@@ -28,7 +28,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.adapters.kube import client_from_kubeconfig
+from cpn.adapters.events import post_event
+from cpn.adapters.kube import Informer, client_from_kubeconfig
 from cpn.adapters.members import Member, MemberSpec
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
@@ -39,6 +40,7 @@ from cpn.config import OperatorConfig
 from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
 from cpn.core.estimator import Estimator
+from cpn.core.eta import project
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.store import Record, Store
@@ -46,10 +48,6 @@ from cpn.runtime.store import Record, Store
 log = logging.getLogger(__name__)
 
 EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
-
-
-def _no_events(body: Mapping[str, Any], reason: str, message: str, warning: bool) -> None:
-    return None
 
 
 class Runtime:
@@ -62,7 +60,7 @@ class Runtime:
         estimator: Estimator,
         *,
         clock_fn: Callable[[], float] = time.time,
-        post_event: EventPoster = _no_events,
+        post_event: EventPoster | None = None,
     ) -> None:
         self.config = config
         self.hub = hub
@@ -74,12 +72,15 @@ class Runtime:
         self.member_status: dict[str, tuple[bool, str]] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.clock = clock_fn
-        self.post_event = post_event
+        self.post_event: EventPoster = post_event if post_event is not None else self._post_event
         self.pool = ThreadPoolExecutor(
             max_workers=config.dispatch_workers, thread_name_prefix="cpn-api"
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
+        self.policy_loaded = asyncio.Event()
+        self._policy_version: str | None = None
+        self._policy_informer: Informer | None = None
         self.cycles = 0
         self.last_plan: CyclePlan | None = None
         self.last_snapshot: Snapshot | None = None
@@ -88,6 +89,8 @@ class Runtime:
         self._not_ready_since: dict[str, float] = {}
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
         self.member_specs: dict[str, Any] = {}
+        self._eta_task: asyncio.Task[None] | None = None
+        self._eta_at = 0.0
 
     # -- plumbing --------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -138,8 +141,20 @@ class Runtime:
         record = self.store.upsert(body, user=user, group=group)
         record.written = _ours(body.get("status") or {}, record.written)
         if record.job is not None and record.job.suspended and record.active:
-            self.kick()
+            self._suspend_running(record)
         self.kick()
+
+    def _suspend_running(self, record: Record) -> None:
+        """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
+        member = self.members.get(record.cluster)
+        if member is not None and record.member_job:
+            self.pool.submit(_quiet, member.delete_job, record.member_job)
+        record.phase = k.PHASE_SUSPENDED
+        record.reason = "Suspended"
+        record.message = "suspended by its owner (spec.suspend); its member Job was stopped"
+        self._event(record, "Suspended", record.message)
+        self._clear_placement(record)
+        self._write_soon(record)
 
     async def aijob_deleting(self, body: Mapping[str, Any]) -> None:
         """Finalizer: delete the member Job before the AIJob goes."""
@@ -161,6 +176,45 @@ class Runtime:
             self.store.remove(key)
         self.kick()
 
+    def watch_policy(self) -> Informer:
+        """Watch the one policy ConfigMap (namespaced, by name: least privilege)."""
+        core = client.CoreV1Api(self.hub)
+
+        def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
+            if event == "LIST" and obj is not None:
+                for item in obj.get("items") or []:
+                    self._threadsafe(self._policy_from_watch, "ADDED", item)
+            elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
+                self._threadsafe(self._policy_from_watch, event, obj)
+
+        informer = Informer(
+            "policy",
+            self.hub,
+            core.list_namespaced_config_map,
+            on_event,
+            namespace=self.config.namespace,
+            field_selector=f"metadata.name={self.config.policy_configmap}",
+        )
+        self._policy_informer = informer
+        return informer.start()
+
+    def _policy_from_watch(self, event: str, body: Mapping[str, Any]) -> None:
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", **body}
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if event == "DELETED":
+            self.post_event(cm, "PolicyDeleted", "policy deleted; the last good one stays", True)
+            return
+        if version == self._policy_version:
+            return
+        self._policy_version = version
+        error = self.policy_event(body)
+        if error:
+            self.post_event(
+                cm, "InvalidPolicy", f"refused, the last good policy stays: {error}", True
+            )
+        else:
+            self.post_event(cm, "PolicyAccepted", f"policy version {version} in force", False)
+
     def policy_event(self, body: Mapping[str, Any]) -> str:
         """A new policy ConfigMap; returns "" when taken, else why it was refused."""
         try:
@@ -170,6 +224,8 @@ class Runtime:
             return self.policy_error
         self.policy_error = ""
         self.store.policy = policy
+        log.info("policy %s in force (version %s)", policy.name, policy.version)
+        self.policy_loaded.set()
         for namespace in {r.namespace for r in self.store.records.values()}:
             user, group = self.owner_of(namespace)
             for record in [r for r in self.store.records.values() if r.namespace == namespace]:
@@ -375,11 +431,21 @@ class Runtime:
     async def run(self) -> None:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
         self.loop = asyncio.get_running_loop()
+        if self._policy_informer is None:
+            self.watch_policy()
+        try:
+            await asyncio.wait_for(self.policy_loaded.wait(), timeout=15.0)
+        except TimeoutError:
+            log.warning(
+                "no valid policy ConfigMap %s/%s; scheduling with the defaults",
+                self.config.namespace,
+                self.config.policy_configmap,
+            )
         await self.list_aijobs()
         await self.wait_synced()
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self.config.interval_s)
+                await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
             await asyncio.sleep(self.config.debounce_s)
             self._kick.clear()
             try:
@@ -387,6 +453,15 @@ class Runtime:
             except Exception:
                 log.exception("scheduling cycle failed; retrying on the next kick")
                 await asyncio.sleep(1.0)
+
+    def _next_wake_s(self) -> float:
+        """Seconds until the safety-net tick, or until a backing-off job may retry."""
+        wait = self.config.interval_s
+        now = self.clock()
+        for record in self.store.pending():
+            if record.not_before_s > now:
+                wait = min(wait, record.not_before_s - now + 0.05)
+        return max(wait, 0.0)
 
     async def list_aijobs(self) -> None:
         """Seed the store with every AIJob before the first cycle (restart safety)."""
@@ -437,7 +512,30 @@ class Runtime:
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.apply(plan, snapshot)
+        self._maybe_project()
         return plan
+
+    def _maybe_project(self) -> None:
+        """Refresh ETAs in the background, at most every ``eta_interval_s``."""
+        if self._eta_task is not None and not self._eta_task.done():
+            return
+        if time.monotonic() - self._eta_at < self.config.eta_interval_s:
+            return
+        self._eta_at = time.monotonic()
+        self._eta_task = asyncio.get_running_loop().create_task(self.refresh_etas())
+
+    async def refresh_etas(self) -> None:
+        """Project the queue forward from now (after this cycle's starts) and write ETAs."""
+        clusters, bandwidth = self.clusters_view()
+        snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
+        if not snapshot.pending:
+            return
+        projection = await asyncio.to_thread(project, snapshot)
+        for record in self.store.pending():
+            found = projection.get(record.key)
+            record.eta_start_s = found.start_s if found else None
+            record.eta_finish_s = found.end_s if found else None
+        await self.write_all()
 
     def _requeue_lost(self) -> None:
         """Jobs on a member that has been unreachable too long go back to the queue."""
@@ -485,7 +583,8 @@ class Runtime:
             else:
                 record.reason = str(hold.reason)
             record.message = hold.message
-            record.eta_start_s = hold.reserved_start_s
+            if hold.reserved_start_s is not None and record.eta_start_s is None:
+                record.eta_start_s = hold.reserved_start_s
             if previous != record.reason and hold.reason in {
                 WaitReason.Infeasible,
                 WaitReason.Quota,
@@ -565,7 +664,7 @@ class Runtime:
             "level": hold.level if hold else "",
             "user": record.user,
             "group": record.group,
-            "position": hold.position if hold else None,
+            "position": hold.position if hold and hold.position else None,
             "score": round(hold.score, 3) if hold else None,
             "gpus": gpus,
             "reason": record.reason,
@@ -739,9 +838,15 @@ class Runtime:
             self._member_written.pop(key, None)
             log.warning("status of member %s not written: %s", name, err.reason)
 
+    def _post_event(
+        self, body: Mapping[str, Any], reason: str, message: str, warning: bool
+    ) -> None:
+        self.pool.submit(post_event, self.hub, body, reason, message, warning)
+
     def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
+        body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
         try:
-            self.post_event(record.body, reason, message, warning)
+            self.post_event(body, reason, message, warning)
         except Exception:  # events are best effort
             log.debug("event not posted", exc_info=True)
 
@@ -773,6 +878,8 @@ class Runtime:
         self.kick()
         for member in self.members.values():
             member.stop()
+        if self._policy_informer is not None:
+            self._policy_informer.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
