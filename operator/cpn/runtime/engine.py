@@ -442,6 +442,7 @@ class Runtime:
                 self.config.policy_configmap,
             )
         await self.list_aijobs()
+        await self.connect_members()
         await self.wait_synced()
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
@@ -462,6 +463,18 @@ class Runtime:
             if record.not_before_s > now:
                 wait = min(wait, record.not_before_s - now + 0.05)
         return max(wait, 0.0)
+
+    async def connect_members(self) -> None:
+        """Connect every registered member before the first cycle, so that member Jobs
+        created just before a restart are seen (and adopted) before anything is placed."""
+        result = await self.call(
+            self.custom.list_cluster_custom_object, k.GROUP, k.VERSION, k.MEMBER_PLURAL
+        )
+        for body in result.get("items") or []:
+            name = body["metadata"]["name"]
+            if name not in self.members:
+                self.member_specs[name] = body.get("spec")
+                await self.member_event("ADDED", body)
 
     async def list_aijobs(self) -> None:
         """Seed the store with every AIJob before the first cycle (restart safety)."""
