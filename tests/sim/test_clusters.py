@@ -124,3 +124,11 @@ def test_small_test_clusters_parse():
     parsed = read_clusters(DATA / "small-clusters.yaml")
     assert parsed.total_gpus == 12
     assert parsed.bandwidth_gbps["west"]["east"] == 10
+
+
+def test_gpu_memory_defaults_to_the_catalog():
+    """A node group without gpu_memory_gib gets its GPU type's memory from the catalog."""
+    parsed = parse_clusters(
+        doc(clusters=[{"name": "east", "nodes": [node(gpu_type="a100-80gb")]}], bandwidth_gbps={})
+    )
+    assert parsed.clusters[0].nodes[0].gpu_memory_gib == 80

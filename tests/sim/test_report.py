@@ -64,6 +64,7 @@ def test_metric_keys_are_the_contract(result):
         "unfinished",
         "preemptions",
         "cycles",
+        "skipped_cycles",
         "plan_wall_s",
         "estimator",
     }

@@ -259,14 +259,55 @@ def test_ticks_run_cycles_only_when_asked(recorder):
     """With ``tick_s`` a cycle runs every tick while jobs wait behind running ones; else none."""
     jobs = [tjob("a", gpus=8, duration_s=1000), tjob("b", submit_s=1, gpus=8, duration_s=10)]
     plan, seen = recorder(greedy_plan)
-    world(jobs, plan=plan).run()
+    world(jobs, plan=plan, skip_full_cycles=False).run()
     assert [s.now_s for s in seen] == [0, 1, 1000]
     plan, seen = recorder(greedy_plan)
-    world(jobs, plan=plan, tick_s=300).run()
+    world(jobs, plan=plan, tick_s=300, skip_full_cycles=False).run()
     assert [s.now_s for s in seen] == [0, 1, 301, 601, 901, 1000]
+
+
+def test_cycles_are_skipped_only_when_nothing_could_start(recorder):
+    """While no node has room for any pending job's worker the plan is not called, and the
+    outcome is the same as calling it at every event."""
+    jobs = [
+        tjob("a", gpus=8, duration_s=1000),
+        tjob("b", submit_s=1, gpus=4),
+        tjob("c", submit_s=2),
+    ]
+    plan, seen = recorder(greedy_plan)
+    skipping = world(jobs, plan=plan).run()
+    assert [s.now_s for s in seen] == [0, 1000]
+    assert skipping.skipped_cycles == 2
+    mixed = [
+        tjob(f"j{i}", submit_s=i * 5.0, gpus=(1, 2, 4, 8)[i % 4], duration_s=40 + 17 * (i % 7))
+        for i in range(60)
+    ]
+    a, b = world(mixed).run(), world(mixed, skip_full_cycles=False).run()
+    assert a.skipped_cycles > 0 and b.skipped_cycles == 0
+    assert [(r.first_start_s, r.finish_s) for r in a.records] == [
+        (r.first_start_s, r.finish_s) for r in b.records
+    ]
 
 
 def test_a_stalled_plan_ends_the_run_with_unfinished_jobs():
     """A plan that never starts anything ends the run (no busy loop) with jobs unfinished."""
     result = world([tjob("a"), tjob("b", submit_s=5)], plan=lambda s: CyclePlan(), tick_s=10).run()
     assert [r.finish_s for r in result.records] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("extra", "want_infeasible"),
+    [
+        pytest.param({"gpu_memory_gib": 40.0}, True, id="more GPU memory than any GPU"),
+        pytest.param({"gpu_memory_gib": 16.0}, False, id="GPU memory that fits"),
+        pytest.param({"cpu": 64.0}, False, id="CPU spread over two workers"),
+        pytest.param({"cpu": 66.0}, True, id="CPU beyond two nodes"),
+        pytest.param({"memory_gib": 257.0}, True, id="memory beyond two nodes"),
+    ],
+)
+def test_feasibility_counts_gpu_memory_cpu_and_memory(extra, want_infeasible):
+    """A job no cluster could hold is refused at submission, counting every resource kind."""
+    result = world([tjob("a", gpus=8, **extra)]).run()  # 2 nodes x (4 V100-16GB, 32 CPU, 128 GiB)
+    rec = by_id(result)["a"]
+    assert rec.infeasible is want_infeasible
+    assert (rec.finish_s is None) is want_infeasible

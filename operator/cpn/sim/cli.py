@@ -9,6 +9,8 @@
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
                  [--data-clusters a,b] --out FILE.csv
+    cpn simulate philly [--vcs a,b] [--estimator predictor] [--extra las,gavel] [--out DIR]
+                 [--json]   (issue 2's Philly comparison; exit 1 when a check fails)
 
 With ``--json`` the main form prints exactly one JSON object: one policy -> its
 metrics; several -> ``{policy: metrics}``. With ``--out`` it also writes
@@ -203,4 +205,8 @@ def main(argv: list[str]) -> int:
         return _convert(argv[1:])
     if argv and argv[0] == "generate":
         return _generate(argv[1:])
+    if argv and argv[0] == "philly":
+        from cpn.sim.compare import main as philly
+
+        return philly(argv[1:])
     return _simulate(argv)

@@ -10,7 +10,9 @@
              cpu: 64, memory_gib: 512}
     bandwidth_gbps: {east: {west: 10}}   # symmetric; missing pairs mean no link
 
-GPU types are canonicalised through the predictor's catalog. Every error names
+GPU types are canonicalised through the predictor's catalog; ``gpu_memory_gib`` (per
+GPU) defaults to the catalog's figure for the type, ``cpu`` and ``memory_gib`` to 0
+(a job asking CPU or memory then never fits). Every error names
 the file and the field path (``clusters[0].nodes[1].gpu_type``).
 """
 
@@ -73,6 +75,15 @@ def _number(
         errors.append(FieldError(path, f"must be a whole number, got {raw!r}"))
         return 0.0
     return value
+
+
+def _catalog_memory_gib(gpu_type: str) -> float:
+    """Memory of one ``gpu_type`` GPU from the catalog (0 when unknown)."""
+    if not gpu_type:
+        return 0.0
+    from predictor import catalog
+
+    return float(catalog.gpu_spec(gpu_type).memory_gib)
 
 
 def _gpu(raw: Any, path: str, errors: list[FieldError]) -> str:
@@ -139,7 +150,10 @@ def parse_clusters(doc: Any, *, where: str = "") -> ClusterSet:
                 )
             )
             gpu_mem = _number(
-                raw_node.get("gpu_memory_gib"), f"{npath}.gpu_memory_gib", errors, default=0
+                raw_node.get("gpu_memory_gib"),
+                f"{npath}.gpu_memory_gib",
+                errors,
+                default=_catalog_memory_gib(gpu_type),
             )
             cpu = _number(raw_node.get("cpu"), f"{npath}.cpu", errors, default=0)
             mem = _number(raw_node.get("memory_gib"), f"{npath}.memory_gib", errors, default=0)

@@ -4,7 +4,8 @@ Metric keys (issue 2's contract): ``jobs`` (admitted jobs: the trace minus the
 infeasible ones), ``finished``, ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``,
 ``avg_wait_s``, ``p99_wait_s``, ``max_wait_s``, ``makespan_s``,
 ``gpu_utilization``, ``wall_s``; extras: ``trace_jobs``, ``infeasible``,
-``unfinished``, ``preemptions``, ``cycles``, ``plan_wall_s``, ``estimator``.
+``unfinished``, ``preemptions``, ``cycles``, ``skipped_cycles``, ``plan_wall_s``,
+``estimator``.
 
 Definitions: JCT = finish - submit; wait = JCT minus the time the job held GPUs
 (for a job never preempted: first start - submit); makespan = last finish -
@@ -78,6 +79,7 @@ def metrics(result: SimResult) -> dict[str, Any]:
         "unfinished": len(admitted) - len(done),
         "preemptions": result.preemptions,
         "cycles": result.cycles,
+        "skipped_cycles": result.skipped_cycles,
         "plan_wall_s": round(result.plan_wall_s, 3),
         "estimator": result.estimator,
     }
