@@ -34,8 +34,9 @@ sim: ## simulate TRACE on CLUSTERS with POLICY (comma-separated)
 bench: ## benchmarks; each prints JSON
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-demo: ## the main job on the local test bed
-	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY)
+demo: ## the main job on the local test bed: clusters up, operator running, AIJobs scheduled and shown
+	bash testbed/setup.sh
+	$(PY) -m cpn demo
 
 testbed-up: ## start hub + member clusters on 127.0.0.1
 	$(PY) -m cpn testbed up

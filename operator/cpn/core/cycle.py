@@ -108,6 +108,13 @@ def _infeasible_message(job: Job, snapshot: Snapshot) -> str:
     )
 
 
+def _reserved_message(res: Reserved, now_s: float) -> str:
+    return (
+        f"reserved {res.key[1]} on {res.key[0]} from t={res.start_s:.0f}s "
+        f"({res.start_s - now_s:.0f}s from now)"
+    )
+
+
 def plan_cycle(snapshot: Snapshot) -> CyclePlan:
     """Decide what starts, what is preempted and why everything else waits."""
     return _Cycle(snapshot).run()
@@ -177,7 +184,7 @@ class _Cycle:
         end = self.now + cand.transfer_s + cand.runtime_s
         held: set[str] = set()
         for res in self.reserved:
-            if res.key == cand.key and end > res.start_s:
+            if res.key == cand.key and end > res.start_s and res.job_key != job.key:
                 held |= res.nodes
         return frozenset(held)
 
@@ -264,6 +271,7 @@ class _Cycle:
             for item in ranked[:window]
         }
         if self.policy.placement.method == "milp":
+            self._reserve_ahead(ranked[:window], cands)
             self._milp_window(ranked[:window], cands)
         blocked_by: Ranked | None = None
         lent: list[tuple[int, Ranked]] = []
@@ -318,9 +326,36 @@ class _Cycle:
             stats=self.stats,
         )
 
+    def _reserve_ahead(self, window: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
+        """Reserve for the window's blocked big or long-waiting jobs before the MILP runs,
+        so that the joint placement backfills around the reservations, not over them."""
+        for item in window:
+            job = item.job
+            if self.quota.exceeds(job) or not cands[job.key]:
+                continue
+            if any(self.capacity.fit(job, c.key) is not None for c in cands[job.key]):
+                continue
+            self._reserve(item, cands[job.key])
+
+    def _reservation_of(self, key: str) -> Reserved | None:
+        return next((r for r in self.reserved if r.job_key == key), None)
+
     def _place_one(self, item: Ranked, cands: list[Candidate], position: int) -> bool:
         """Start the job or hold it with its reason; True if it started."""
         job = item.job
+        held = self._reservation_of(job.key)
+        if held is not None:
+            if self._try_start(item, cands) is not None:
+                return True
+            self._hold(
+                job,
+                WaitReason.Capacity,
+                _reserved_message(held, self.now),
+                item,
+                position,
+                reserved_start_s=held.start_s,
+            )
+            return False
         if not cands:
             self._hold(
                 job,
@@ -343,6 +378,8 @@ class _Cycle:
             return False
         if self._try_start(item, cands) is not None:
             return True
+        if self._reservation_of(job.key) is not None:
+            return False
         res = self._reserve(item, cands)
         if res is not None:
             self._hold(

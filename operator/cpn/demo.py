@@ -1,0 +1,277 @@
+"""``cpn demo``: the whole product on the local test bed, start to finish.
+
+Brings the test bed up (hub + member clusters with simulated GPU nodes),
+installs the CRDs, policy and MemberClusters, starts the operator, applies a
+batch of AIJobs with ``kubectl`` (the original notes' resnet50, yolov8m and
+llama3 among other models, of several sizes, from three teams), shows the
+queue live until every job has finished, then prints a summary: completion
+time, wait, and predicted against actual runtime for each job.
+
+The simulated runtime of each job on each GPU type is the benchmark-based
+runtime (Gavel's measured throughput where it has the model, GPU specifications
+and model FLOPs elsewhere) made off by up to ±25% at random, so the operator's
+predictions are compared with a truth they do not know exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cpn.api.aijob import parse_time
+from cpn.api.status import human_duration
+from cpn.devbed import bootstrap, start_operator
+
+TEAMS = {
+    "team-vision": ("alice", "vision"),
+    "team-nlp": ("bob", "nlp"),
+    "team-robotics": ("carol", "robotics"),
+}
+#: model, batch size, GPUs per worker, workers, target seconds on an A100, team
+MIX: list[tuple[str, int, int, int, int, str]] = [
+    ("resnet50", 128, 1, 1, 20, "team-vision"),
+    ("resnet50", 256, 4, 1, 35, "team-vision"),
+    ("yolov8m", 64, 2, 1, 30, "team-vision"),
+    ("yolov8m", 64, 4, 1, 25, "team-robotics"),
+    ("llama3-8b", 8, 8, 2, 45, "team-nlp"),
+    ("llama3-8b", 8, 8, 1, 40, "team-nlp"),
+    ("bert-base", 32, 1, 1, 15, "team-nlp"),
+    ("gpt2", 16, 2, 1, 30, "team-nlp"),
+    ("resnet18", 128, 1, 1, 10, "team-robotics"),
+    ("transformer", 128, 1, 1, 20, "team-robotics"),
+    ("cyclegan", 1, 1, 1, 25, "team-vision"),
+    ("resnet50", 256, 8, 1, 30, "team-vision"),
+]
+TYPES = ("A100-80GB", "V100-32GB")
+FINISHED = {"Succeeded", "Failed", "Invalid"}
+
+
+def demo_jobs(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
+    """(namespace, AIJob manifest) pairs whose simulated durations follow the benchmarks."""
+    from cpn.core.model import Job, frozen_map
+    from predictor.online import PredictorEstimator
+
+    estimator = PredictorEstimator(retrain="off")
+    rng = random.Random(seed)
+    out = []
+    for index in range(count):
+        model, batch, gpus, workers, target, team = MIX[index % len(MIX)]
+        target_s = target * rng.uniform(0.7, 1.3)
+        probe = Job(
+            key="probe",
+            submit_s=0.0,
+            gpus_per_worker=gpus,
+            workers=workers,
+            model=model,
+            features=frozen_map({"batch_size": batch, "dataset_samples": 100000.0, "epochs": 1.0}),
+        )
+        runtime = estimator.estimate(probe, TYPES).runtime_s
+        samples = int(100000 * target_s / runtime[TYPES[0]])
+        # The "truth" of the test bed: the benchmark-based runtime, off by up to 25%.
+        durations = {
+            t: f"{target_s * runtime[t] / runtime[TYPES[0]] * rng.uniform(0.75, 1.25):.0f}s"
+            for t in TYPES
+        }
+        name = f"{model.replace('.', '-')}-{index:02d}"
+        notes = {"cpn.io/per-gpu-type": json.dumps({"testbed.cpn.io/duration": durations})}
+        body = {
+            "apiVersion": "cpn.io/v1alpha1",
+            "kind": "AIJob",
+            "metadata": {"name": name, "namespace": team},
+            "spec": {
+                "workers": workers,
+                "priority": 1 if team == "team-nlp" and index % 5 == 0 else 0,
+                "resources": {"gpus": gpus, "cpu": "4", "memory": "16Gi"},
+                "model": {
+                    "name": model,
+                    "batchSize": batch,
+                    "datasetSamples": samples,
+                    "epochs": 1,
+                },
+                "template": {
+                    "metadata": {"annotations": notes},
+                    "spec": {"containers": [{"name": "train", "image": f"trainer/{model}:1"}]},
+                },
+            },
+        }
+        out.append((team, body))
+    return out
+
+
+def _kubectl(
+    kubectl: Path, kubeconfig: Path, *args: str, input_: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
+        input=input_,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+
+
+def _items(kubectl: Path, kubeconfig: Path) -> list[dict[str, Any]]:
+    result = _kubectl(kubectl, kubeconfig, "get", "aijobs", "-A", "-o", "json")
+    if result.returncode != 0:
+        return []
+    items: list[dict[str, Any]] = json.loads(result.stdout).get("items") or []
+    return items
+
+
+def summary(items: Sequence[dict[str, Any]]) -> tuple[str, dict[str, float]]:
+    """The per-job table and the aggregate figures."""
+    rows = []
+    jcts, waits, errors = [], [], []
+    for item in sorted(items, key=lambda i: (i["metadata"]["namespace"], i["metadata"]["name"])):
+        status = item.get("status") or {}
+        created = parse_time(item["metadata"]["creationTimestamp"]) or 0.0
+        start = parse_time(status.get("startTime"))
+        finish = parse_time(status.get("completionTime"))
+        actual = status.get("actualRuntimeSeconds")
+        predicted = (status.get("predictedRuntimeSeconds") or {}).get(status.get("gpuType", ""))
+        wait = (start - created) if start else None
+        jct = (finish - created) if finish else None
+        error = (abs(predicted - actual) / actual) if predicted and actual else None
+        if jct is not None:
+            jcts.append(jct)
+        if wait is not None:
+            waits.append(wait)
+        if error is not None:
+            errors.append(error)
+        rows.append(
+            [
+                f"{item['metadata']['namespace']}/{item['metadata']['name']}",
+                status.get("phase", ""),
+                status.get("cluster", ""),
+                status.get("gpuType", ""),
+                str(status.get("gpus", "")),
+                human_duration(wait),
+                human_duration(jct),
+                human_duration(predicted),
+                human_duration(actual),
+                f"{error * 100:.0f}%" if error is not None else "",
+            ]
+        )
+    header = [
+        "AIJOB",
+        "PHASE",
+        "CLUSTER",
+        "GPU-TYPE",
+        "GPUS",
+        "WAIT",
+        "JCT",
+        "PREDICTED",
+        "ACTUAL",
+        "ERROR",
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    errors.sort()
+    figures = {
+        "jobs": float(len(items)),
+        "succeeded": float(sum((i.get("status") or {}).get("phase") == "Succeeded" for i in items)),
+        "avg_jct_s": sum(jcts) / len(jcts) if jcts else 0.0,
+        "avg_wait_s": sum(waits) / len(waits) if waits else 0.0,
+        "max_wait_s": max(waits, default=0.0),
+        "median_prediction_error": errors[len(errors) // 2] if errors else 0.0,
+    }
+    return "\n".join(lines), figures
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="cpn demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--refresh-s", type=float, default=3.0)
+    parser.add_argument("--down", action="store_true", help="stop the test bed at the end")
+    args = parser.parse_args(list(argv))
+    from testbed.bed import Testbed
+
+    tb = Testbed()
+    print("== test bed: starting hub and member clusters (real control planes, KWOK nodes)")
+    tb.up()
+    hub = tb.kubeconfig("hub")
+    kubectl = tb.kubectl
+    print("== hub: CRDs, policy, MemberClusters")
+    bootstrap(
+        kubectl,
+        hub,
+        {m: tb.kubeconfig(m) for m in tb.members},
+        prometheus={m: tb.prometheus_url(m) for m in tb.members},
+    )
+    for namespace, (user, group) in TEAMS.items():
+        _kubectl(kubectl, hub, "create", "namespace", namespace)
+        _kubectl(
+            kubectl,
+            hub,
+            "label",
+            "namespace",
+            namespace,
+            "--overwrite",
+            f"cpn.io/user={user}",
+            f"cpn.io/group={group}",
+        )
+        _kubectl(kubectl, hub, "delete", "aijobs", "--all", "-n", namespace, "--wait=false")
+    log = tb.state_dir / "logs" / "operator.log"
+    print(f"== operator: starting (log: {log})")
+    proc = start_operator(hub, log, interval_s=5, debounce_s=0.2)
+    try:
+        jobs = demo_jobs(args.jobs, args.seed)
+        docs = yaml.safe_dump_all([body for _, body in jobs])
+        print(f"== kubectl apply: {len(jobs)} AIJobs from {len(TEAMS)} teams")
+        result = _kubectl(kubectl, hub, "apply", "-f", "-", input_=docs)
+        if result.returncode != 0:
+            print(result.stderr, file=sys.stderr)
+            return 1
+        deadline = time.monotonic() + args.timeout_s
+        items: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                print(f"operator exited with {proc.returncode}; see {log}", file=sys.stderr)
+                return 1
+            items = [i for i in _items(kubectl, hub) if i["metadata"]["namespace"] in TEAMS]
+            done = sum((i.get("status") or {}).get("phase") in FINISHED for i in items)
+            table = _kubectl(
+                kubectl, hub, "get", "aijobs", "-A", "--sort-by=.status.position"
+            ).stdout
+            width = shutil.get_terminal_size((120, 40))
+            if sys.stdout.isatty():
+                print("\033[2J\033[H", end="")
+            print(f"== queue ({done}/{len(items)} finished)  {time.strftime('%H:%M:%S')}")
+            print("\n".join(table.splitlines()[: max(width.lines - 4, 10)]), flush=True)
+            if items and done == len(items):
+                break
+            time.sleep(args.refresh_s)
+        text, figures = summary(items)
+        print("\n== summary\n" + text)
+        print("\n" + json.dumps({k: round(v, 3) for k, v in figures.items()}))
+        ok = figures["succeeded"] == len(jobs)
+        print("== demo " + ("passed: every AIJob Succeeded" if ok else "FAILED"))
+        return 0 if ok else 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if args.down:
+            tb.down()
+        else:
+            print(
+                "the test bed is still up: `make testbed-down` stops it; "
+                f"KUBECONFIG={tb.kubeconfig_merged} kubectl get aijobs -A"
+            )
