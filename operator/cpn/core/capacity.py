@@ -45,14 +45,18 @@ def worker_gpus(job: Job) -> float:
     return job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
 
 
-def _fits(slot: Slot, job: Job, gpus: float, cpu: float, memory: float) -> bool:
-    if gpus > _EPS and job.gpu_memory_gib > slot.gpu_memory_gib + _EPS:
+def _fits(slot: Slot, job: Job, need: float, gpus: float, cpu: float, memory: float) -> bool:
+    if need > _EPS and job.gpu_memory_gib > slot.gpu_memory_gib + _EPS:
         return False
-    return (
-        worker_gpus(job) <= gpus + _EPS
-        and job.cpu <= cpu + _EPS
-        and job.memory_gib <= memory + _EPS
-    )
+    return need <= gpus + _EPS and job.cpu <= cpu + _EPS and job.memory_gib <= memory + _EPS
+
+
+Shape = tuple[float, int, float, float, float]
+
+
+def shape(job: Job) -> Shape:
+    """What placement looks at: per-worker GPUs, workers, CPU, memory, GPU memory."""
+    return (worker_gpus(job), job.workers, job.cpu, job.memory_gib, job.gpu_memory_gib)
 
 
 def _place(job: Job, slots: Sequence[Slot], free: dict[str, list[float]]) -> tuple[str, ...] | None:
@@ -64,7 +68,7 @@ def _place(job: Job, slots: Sequence[Slot], free: dict[str, list[float]]) -> tup
         best_left = math.inf
         for slot in slots:
             gpus, cpu, memory = free[slot.name]
-            if not _fits(slot, job, gpus, cpu, memory):
+            if not _fits(slot, job, need, gpus, cpu, memory):
                 continue
             left = gpus - need
             if left < best_left - _EPS:
@@ -88,6 +92,10 @@ class Capacity:
         for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
             self.groups.setdefault((slot.cluster, slot.gpu_type), []).append(slot)
             self._by_name[(slot.cluster, slot.name)] = slot
+        # Capacity only shrinks while a cycle decides starts, so a shape that does not
+        # fit a group stays unfit until something is released: remember it.
+        self._unfit: set[tuple[Shape, GroupKey, frozenset[str]]] = set()
+        self._ever: dict[tuple[Shape, GroupKey], bool] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -123,15 +131,24 @@ class Capacity:
         self, job: Job, key: GroupKey, exclude: frozenset[str] = frozenset()
     ) -> tuple[str, ...] | None:
         """Nodes for each worker of ``job`` in group ``key`` now, or None."""
+        memo = (shape(job), key, exclude)
+        if memo in self._unfit:
+            return None
         slots = [s for s in self.groups.get(key, ()) if s.usable and s.name not in exclude]
         free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
-        return _place(job, slots, free)
+        placed = _place(job, slots, free)
+        if placed is None:
+            self._unfit.add(memo)
+        return placed
 
     def ever_fits(self, job: Job, key: GroupKey) -> bool:
         """True if ``job`` fits the group's nodes when they are empty."""
-        slots = [s for s in self.groups.get(key, ())]
-        free = {s.name: [float(s.gpus), s.cpu, s.memory_gib] for s in slots}
-        return _place(job, slots, free) is not None
+        memo = (shape(job), key)
+        if memo not in self._ever:
+            slots = list(self.groups.get(key, ()))
+            free = {s.name: [float(s.gpus), s.cpu, s.memory_gib] for s in slots}
+            self._ever[memo] = _place(job, slots, free) is not None
+        return self._ever[memo]
 
     def take(
         self, job: Job, key: GroupKey, nodes: Sequence[str], until_s: float | None = None
@@ -149,6 +166,7 @@ class Capacity:
 
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
+        self._unfit.clear()
         need = worker_gpus(job)
         for name in nodes:
             slot = self._by_name.get((cluster, name))
