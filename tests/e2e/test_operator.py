@@ -353,3 +353,23 @@ def test_policy_edit_changes_the_next_decision_and_bad_policy_is_refused(
         timeout_s=60,
         what="capped runs once the quota is lifted",
     )
+
+
+def test_member_clusters_report_inventory_and_fresh_metrics(hub: Hub) -> None:
+    """Each MemberCluster shows Ready, its GPU inventory, and metrics read from its Prometheus."""
+
+    def reported() -> list[dict[str, Any]]:
+        items = hub.custom.list_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters")
+        statuses = [i.get("status") or {} for i in items["items"]]
+        fresh = [s for s in statuses if (s.get("metrics") or {}).get("fresh")]
+        return statuses if len(fresh) == len(hub.tb.members) else []
+
+    statuses = wait_until(reported, timeout_s=90, what="fresh metrics on every member")
+    totals = sorted(s["gpusTotal"] for s in statuses)
+    assert totals == [24, 32]  # member-b: 6 x 4 V100, member-a: 4 x 8 A100
+    for status in statuses:
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+    rows = printed_table(hub.kubectl("get", "memberclusters").stdout)
+    assert list(rows[0])[:5] == ["NAME", "READY", "GPUS-FREE", "GPUS-TOTAL", "TYPES"]
+    assert {r["TYPES"] for r in rows[1:]} == {"A100-80GB", "V100-32GB"}

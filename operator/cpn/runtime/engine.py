@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from cpn.adapters.events import post_event
 from cpn.adapters.kube import Informer, client_from_kubeconfig
 from cpn.adapters.members import Member, MemberSpec
+from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
 from cpn.api.jobs import render_job
@@ -89,6 +90,8 @@ class Runtime:
         self._not_ready_since: dict[str, float] = {}
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
         self.member_specs: dict[str, Any] = {}
+        self.metrics: dict[str, MetricsSource] = {}
+        self._metrics_task: asyncio.Task[None] | None = None
         self._eta_task: asyncio.Task[None] | None = None
         self._eta_at = 0.0
 
@@ -270,6 +273,12 @@ class Runtime:
             unschedulable=bool(spec.get("unschedulable", False)),
         )
         member = Member(member_spec, api, self.config.hub, self._member_callback)
+        if member_spec.prometheus_url:
+            self.metrics[name] = MetricsSource(
+                member_spec.prometheus_url, max_age_s=self.config.metrics_max_age_s
+            )
+        else:
+            self.metrics.pop(name, None)
         self.members[name] = member
         member.start()
         self.kick()
@@ -444,6 +453,7 @@ class Runtime:
         await self.list_aijobs()
         await self.connect_members()
         await self.wait_synced()
+        self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
@@ -498,10 +508,30 @@ class Runtime:
             else:
                 self._not_ready_since.setdefault(name, now)
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
-            clusters.append(member.cluster(ours, ready=ready))
+            clusters.append(member.cluster(ours, ready=ready, cpu_util=self._cpu_util(name)))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
         self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
         return clusters, bandwidth
+
+    def _cpu_util(self, member: str) -> dict[str, float]:
+        """Trusted node CPU utilisation of a member (stale samples left out)."""
+        source = self.metrics.get(member)
+        if source is None:
+            return {}
+        started: dict[str, float] = {}
+        for record in self.store.active():
+            if record.cluster == member:
+                for node in record.nodes:
+                    began = record.start_s or record.dispatch_s
+                    started[node] = max(started.get(node, 0.0), began)
+        return source.cpu_util(self.clock(), started)
+
+    async def metrics_loop(self, period_s: float = 10.0) -> None:
+        """Read every member's Prometheus periodically (Prometheus is pull-based)."""
+        while not self._stopping:
+            for source in list(self.metrics.values()):
+                await self.call(source.refresh)
+            await asyncio.sleep(period_s)
 
     async def cycle(self) -> CyclePlan:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
@@ -822,6 +852,23 @@ class Runtime:
             status["gpusFree"] = sum(r[2] for r in types.values())
             status["nodes"] = len(view.nodes)
             status["types"] = ",".join(sorted(types))
+        source = self.metrics.get(name)
+        conditions_extra = []
+        if source is not None:
+            fresh, why_metrics = source.fresh(self.clock())
+            status["metrics"] = {"fresh": fresh, "message": why_metrics}
+            conditions_extra.append(
+                condition(
+                    k.COND_METRICS,
+                    fresh,
+                    "Fresh" if fresh else "Degraded",
+                    why_metrics
+                    if fresh
+                    else f"{why_metrics}; scheduling uses the API's accounting only",
+                    generation=0,
+                    now_s=self.clock(),
+                )
+            )
         status["conditions"] = [
             condition(
                 k.COND_READY,
@@ -830,7 +877,8 @@ class Runtime:
                 why or "API answers",
                 generation=0,
                 now_s=self.clock(),
-            )
+            ),
+            *conditions_extra,
         ]
         key = ("member", name)
         old = self._member_written.get(key, {})

@@ -1,0 +1,126 @@
+"""Node and GPU utilisation from a member cluster's Prometheus.
+
+Only the CPU utilisation ceiling of the policy uses these numbers; what is
+*allocated* always comes from the Kubernetes API's own accounting. Two kinds
+of staleness are handled, as the original notes learned the hard way:
+
+- a sample older than ``max_age_s`` (Prometheus scrapes periodically; after a
+  restart its numbers lag) is ignored;
+- a sample taken before the newest workload on that node started cannot
+  reflect it, so it is ignored too (:meth:`MetricsSource.cpu_util` takes the
+  node's last start time).
+
+The HTTP session is injectable, so unit tests pass a fake; the end-to-end
+tests use the test bed's real Prometheus.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+log = logging.getLogger(__name__)
+
+#: Node CPU busy share over the last minute, per node (node-exporter's series).
+CPU_QUERY = '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
+#: Mean GPU utilisation per node (dcgm-exporter's series), for display.
+GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+
+
+@dataclass(slots=True)
+class Sample:
+    value: float
+    at_s: float  # the sample's own timestamp (epoch seconds)
+
+
+@dataclass(slots=True)
+class Reading:
+    """The last successful read of one member's Prometheus."""
+
+    cpu: dict[str, Sample] = field(default_factory=dict)
+    gpu: dict[str, Sample] = field(default_factory=dict)
+    ok: bool = False
+    error: str = ""
+    read_at_s: float = 0.0
+
+
+def _vector(result: object, label: str) -> dict[str, Sample]:
+    out: dict[str, Sample] = {}
+    if not isinstance(result, list):
+        return out
+    for row in result:
+        metric = row.get("metric") or {}
+        at, value = row.get("value") or (0, "nan")
+        name = metric.get(label)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if name and number == number:
+            out[str(name)] = Sample(value=number, at_s=float(at))
+    return out
+
+
+class MetricsSource:
+    """Reads one Prometheus; :meth:`refresh` is blocking (call it from a worker thread)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_age_s: float = 120.0,
+        session: requests.Session | None = None,
+        timeout_s: int = 5,
+    ) -> None:
+        self.url = url
+        self.max_age_s = max_age_s
+        # One quick retry: the next refresh comes soon anyway, and nothing waits on it.
+        self._prom = PrometheusConnect(
+            url=url,
+            disable_ssl=True,
+            session=session,
+            timeout=timeout_s,
+            retry=Retry(total=1, backoff_factor=0.1),
+        )
+        self.reading = Reading()
+
+    def refresh(self) -> Reading:
+        """Query CPU and GPU utilisation; on failure keep the old samples, mark not ok."""
+        try:
+            cpu = _vector(self._prom.custom_query(CPU_QUERY), "instance")
+            gpu = _vector(self._prom.custom_query(GPU_QUERY), "Hostname")
+        except Exception as err:  # unreachable, HTTP error, bad payload: all the same here
+            self.reading.ok = False
+            self.reading.error = f"{type(err).__name__}: {err}"[:300]
+            return self.reading
+        self.reading = Reading(cpu=cpu, gpu=gpu, ok=True, read_at_s=time.time())
+        return self.reading
+
+    def cpu_util(self, now_s: float, started_s: Mapping[str, float]) -> dict[str, float]:
+        """Trusted CPU utilisation (0..1) per node; nodes with stale samples are left out."""
+        out = {}
+        for node, sample in self.reading.cpu.items():
+            if now_s - sample.at_s > self.max_age_s:
+                continue
+            if sample.at_s < started_s.get(node, 0.0) + 60.0:  # the rate window lags a start
+                continue
+            out[node] = min(max(sample.value, 0.0), 1.0)
+        return out
+
+    def fresh(self, now_s: float) -> tuple[bool, str]:
+        """Whether metrics are usable now, and why not."""
+        if not self.reading.ok:
+            return False, self.reading.error or "not read yet"
+        newest = max((s.at_s for s in self.reading.cpu.values()), default=0.0)
+        if not newest:
+            return False, "no node CPU series (node_cpu_seconds_total)"
+        age = now_s - newest
+        if age > self.max_age_s:
+            return False, f"newest sample is {age:.0f}s old"
+        return True, f"node CPU samples newer than {self.max_age_s:.0f}s"
