@@ -1,0 +1,184 @@
+"""Reading AIJobs into core jobs and rendering member Jobs: the contract with Kubernetes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cpn.api import constants as k
+from cpn.api.aijob import parse_aijob
+from cpn.api.jobs import member_job_name, render_job
+from cpn.api.status import condition, human_duration, merge_patch
+from cpn.core.errors import InvalidSpec
+from cpn.core.model import Start
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "resources": {"gpus": 2, "cpu": "500m", "memory": "32Gi", "gpuTypes": ["v100"]},
+        "workers": 2,
+        "model": {"name": "resnet50", "batchSize": 64, "datasetSamples": 1000, "epochs": 3},
+        "data": {"cluster": "east", "sizeGB": 100},
+        "template": {
+            "metadata": {"annotations": {"keep": "me"}},
+            "spec": {
+                "containers": [{"name": "train", "image": "t:1"}, {"name": "side", "image": "s:1"}]
+            },
+        },
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "cpn.io/v1alpha1",
+        "kind": "AIJob",
+        "metadata": {
+            "name": "resnet",
+            "namespace": "team-a",
+            "uid": "0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "generation": 1,
+        },
+        "spec": base,
+    }
+
+
+def test_parse_reads_resources_model_and_owner():
+    """Quantities parse, family names expand, and user/group come from the caller only."""
+    job = parse_aijob(body(), user="alice", group="vision")
+    assert job.key == "team-a/resnet"
+    assert (job.gpus_per_worker, job.workers, job.gpus) == (2, 2, 4.0)
+    assert job.cpu == 0.5 and job.memory_gib == 32.0
+    assert {"V100-16GB", "V100-32GB"} <= job.gpu_types
+    assert job.features["dataset_samples"] == 1000 and job.features["epochs"] == 3
+    assert (job.user, job.group) == ("alice", "vision")
+    assert job.data_cluster == "east" and job.data_gb == 100
+
+
+@pytest.mark.parametrize(
+    ("change", "want_path"),
+    [
+        pytest.param(
+            {"resources": {"gpus": 1, "gpuTypes": ["Z9000"]}},
+            "spec.resources.gpuTypes[0]",
+            id="unknown GPU type",
+        ),
+        pytest.param(
+            {"resources": {"gpus": 1, "cpu": "lots"}}, "spec.resources.cpu", id="cpu not a quantity"
+        ),
+        pytest.param(
+            {"resources": {"gpus": 2, "gpuShare": 0.5}},
+            "spec.resources.gpuShare",
+            id="sharing needs one GPU",
+        ),
+        pytest.param(
+            {"template": {"spec": {"containers": []}}},
+            "spec.template.spec.containers",
+            id="no container",
+        ),
+        pytest.param({"data": {"sizeGB": 5}}, "spec.data.cluster", id="data without a place"),
+    ],
+)
+def test_parse_names_the_bad_field(change: dict[str, Any], want_path: str):
+    """Each semantic mistake is refused with its field path."""
+    with pytest.raises(InvalidSpec) as err:
+        parse_aijob(body(**change), user="u", group="g")
+    assert want_path in {e.path for e in err.value.errors}
+
+
+def start() -> Start:
+    return Start(
+        job_key="team-a/resnet",
+        cluster="member-b",
+        gpu_type="V100-32GB",
+        nodes=("n1", "n2", "n1"),
+        predicted_runtime_s=100.0,
+    )
+
+
+def test_member_job_name_is_stable_and_a_dns_label():
+    """The same AIJob and attempt give the same name, at most 63 characters."""
+    uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+    assert member_job_name("resnet", uid, 1) == "resnet-0a1b2c3d-1"
+    long = member_job_name("x" * 80, uid, 12)
+    assert len(long) <= 63 and long.endswith("-0a1b2c3d-12")
+
+
+def test_render_job_pins_nodes_requests_gpus_and_labels_origin():
+    """The member Job: origin labels, node affinity, GPU limit on the first container."""
+    b = body()
+    b["spec"]["template"]["metadata"]["annotations"][k.ANNOTATION_PER_GPU_TYPE] = json.dumps(
+        {"testbed.cpn.io/duration": {"V100-32GB": "45s", "A100-80GB": "20s"}}
+    )
+    job = render_job(b, start(), attempt=2, hub="hub", namespace="cpn-jobs")
+    labels = job["metadata"]["labels"]
+    assert labels[k.LABEL_UID] == b["metadata"]["uid"] and labels[k.LABEL_ATTEMPT] == "2"
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["n1", "n2"]
+    first, side = pod["spec"]["containers"]
+    assert first["resources"]["limits"][k.GPU_RESOURCE] == "2"
+    assert first["resources"]["requests"] == {"cpu": "500m", "memory": "32Gi"}
+    assert "resources" not in side
+    notes = pod["metadata"]["annotations"]
+    assert notes["keep"] == "me" and notes["testbed.cpn.io/duration"] == "45s"
+    assert pod["metadata"]["labels"][k.LABEL_UID] == b["metadata"]["uid"]
+
+
+def test_render_job_for_a_shared_gpu_adds_hami_limits():
+    """A GPU share asks HAMi for cores and memory, and names its pool when configured."""
+    b = body(resources={"gpus": 1, "gpuShare": 0.25, "gpuMemoryGiB": 8})
+    job = render_job(b, start(), attempt=1, hub="hub", namespace="ns", hami_pool="pool-a")
+    pod = job["spec"]["template"]
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {k.GPU_RESOURCE: "1", k.HAMI_GPU_CORES: "25", k.HAMI_GPU_MEMORY: "8192"}
+    assert pod["metadata"]["annotations"][k.ANNOTATION_HAMI_POOL] == "pool-a"
+
+
+def test_gpu_type_affinity_uses_the_product_label():
+    """With affinity gpu-type the Job may land on any node of the chosen GPU product."""
+    job = render_job(
+        body(),
+        start(),
+        attempt=1,
+        hub="hub",
+        namespace="ns",
+        affinity="gpu-type",
+        gpu_product="Tesla-V100-SXM2-32GB",
+    )
+    expr = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expr == {
+        "key": k.GPU_PRODUCT_LABEL,
+        "operator": "In",
+        "values": ["Tesla-V100-SXM2-32GB"],
+    }
+
+
+def test_condition_keeps_its_transition_time_while_unchanged():
+    """Only a change of status moves lastTransitionTime."""
+    first = condition("Admitted", False, "Capacity", "m", generation=1, now_s=100.0)
+    same = condition("Admitted", False, "Quota", "m2", generation=1, now_s=200.0, previous=[first])
+    flipped = condition(
+        "Admitted", True, "Dispatched", "m3", generation=1, now_s=300.0, previous=[same]
+    )
+    assert same["lastTransitionTime"] == first["lastTransitionTime"]
+    assert flipped["lastTransitionTime"] != first["lastTransitionTime"]
+
+
+def test_merge_patch_sends_only_changes_and_removals():
+    """Unchanged keys are left out; keys gone are set to None."""
+    assert merge_patch({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5}) == {"b": 5, "c": None}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "want"), [(45, "45s"), (75, "1m15s"), (3700, "1h01m"), (90000, "1d1h"), (None, "")]
+)
+def test_human_duration(seconds: float | None, want: str):
+    """Printer-column durations are short."""
+    assert human_duration(seconds) == want
