@@ -35,6 +35,8 @@ class OperatorConfig:
     """Port of /metrics and /healthz on 127.0.0.1 (0 = off)."""
     eta_interval_s: float = 5.0
     """The queue is projected forward for ETAs at most this often."""
+    hami_pool: str = ""
+    """HAMi resource pool named on shared-GPU pods (annotation hami.io/resource-pool)."""
     dispatch_workers: int = 16
     """Parallel API calls when dispatching."""
     leader_election: bool = False

@@ -666,6 +666,7 @@ class Runtime:
             namespace=member.spec.namespace,
             affinity=self.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
+            hami_pool=self.config.hami_pool or None,
         )
         record.member_job = manifest["metadata"]["name"]
         record.reason = "Dispatched"
