@@ -20,7 +20,6 @@ from cpn.api.policy import CONFIGMAP_KEY, parse_policy_configmap
 from cpn.config import OperatorConfig
 from cpn.validate import main as validate_main
 from cpn.validate import read_documents
-from testbed import fixtures as testbed_fixtures
 from testbed.bed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,8 +27,6 @@ MANIFESTS = ROOT / "manifests"
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 SA_USER = "system:serviceaccount:cpn-system:cpn"
 MEMBER_USER = "system:serviceaccount:cpn-jobs:cpn-hub"
-
-testbed = testbed_fixtures.testbed  # the session fixture, for the e2e tests below
 
 
 # --- a small kustomize resolver ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""End-to-end tests on the local test bed; the fixtures live in testbed.fixtures."""
+"""Fixtures shared by every test folder: the test bed lives in testbed.fixtures."""
 
 from testbed.fixtures import member_namespace, testbed
 
