@@ -18,8 +18,8 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
@@ -92,7 +92,6 @@ class SimResult:
     wall_s: float
     plan_wall_s: float
     preemptions: int
-    stats: Mapping[str, int] = field(default_factory=dict)  # holds per WaitReason
     skipped_cycles: int = 0  # cycles skipped because no start was possible
 
 
@@ -250,7 +249,6 @@ class World:
         self._cycles = 0
         self._plan_wall_s = 0.0
         self._preemptions = 0
-        self._hold_reasons: dict[str, int] = {}
         self.now_s = 0.0
 
     # ------------------------------------------------------------------ setup
@@ -358,7 +356,6 @@ class World:
             wall_s=wall,
             plan_wall_s=self._plan_wall_s,
             preemptions=self._preemptions,
-            stats=dict(sorted(self._hold_reasons.items())),
             skipped_cycles=self._skipped,
         )
 
@@ -455,11 +452,10 @@ class World:
                 raise InvalidPlan(f"cannot start {key!r}: it is not pending")
             started.add(key)
             self._start(start, snapshot)
-        for hold in plan.holds:
-            if hold.job_key not in self._states:
-                raise InvalidPlan(f"hold names unknown job {hold.job_key!r}")
-            reason = str(hold.reason)
-            self._hold_reasons[reason] = self._hold_reasons.get(reason, 0) + 1
+        if plan.holds:
+            unknown = {h.job_key for h in plan.holds}.difference(self._states)
+            if unknown:
+                raise InvalidPlan(f"hold names unknown job(s) {sorted(unknown)!r}")
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
