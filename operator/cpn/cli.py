@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
     "validate": ("cpn.validate", "check AIJob, MemberCluster and policy manifests offline"),
+    "replay": ("cpn.replay", "re-plan every cycle of a decision log and report differences"),
 }
 
 

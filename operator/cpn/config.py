@@ -31,8 +31,14 @@ class OperatorConfig:
     """Trained predictor artifact; "" trains from the bundled benchmark table."""
     decision_log: str = ""
     """File for the JSON decision log ("-" = stdout, "" = off)."""
+    decision_log_max_bytes: int = 64 << 20
+    """The decision log file rotates at this size."""
+    decision_log_backups: int = 5
+    """Rotated decision log files kept (LOG.1 ... LOG.N)."""
     metrics_port: int = 0
-    """Port of /metrics and /healthz on 127.0.0.1 (0 = off)."""
+    """Port of /metrics, /healthz and /readyz (0 = off)."""
+    metrics_address: str = "127.0.0.1"
+    """Address the metrics server binds (a pod sets 0.0.0.0 so its Service reaches it)."""
     eta_interval_s: float = 5.0
     """The queue is projected forward for ETAs at most this often."""
     hami_pool: str = ""

@@ -44,6 +44,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta import project
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
+from cpn.runtime.metrics import Observer
 from cpn.runtime.store import Record, Store
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Runtime:
         self._metrics_task: asyncio.Task[None] | None = None
         self._eta_task: asyncio.Task[None] | None = None
         self._eta_at = 0.0
+        self.observer = Observer(config)
 
     # -- plumbing --------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -347,6 +349,7 @@ class Runtime:
             record.start_s = now
             record.reason = "Running"
             record.message = f"running on {record.cluster} ({record.gpu_type})"
+            self.observer.started(record)
             self._event(record, "Started", record.message)
             self._write_soon(record)
 
@@ -397,6 +400,7 @@ class Runtime:
             except Exception:  # the predictor must never take the operator down
                 log.exception("predictor failed to learn from %s", record.key)
         self._event(record, "Succeeded", record.message)
+        self.observer.ended(record)
         self._write_soon(record)
         self.kick()
 
@@ -410,6 +414,7 @@ class Runtime:
             record.finish_s = self.clock()
             record.reason = "Failed"
             record.message = f"attempt {record.attempts} failed ({why}); no retries left"
+            self.observer.ended(record)
             self._event(record, "Failed", record.message, warning=True)
         else:
             delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
@@ -440,6 +445,7 @@ class Runtime:
     async def run(self) -> None:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
         self.loop = asyncio.get_running_loop()
+        self.observer.start()
         if self._policy_informer is None:
             self.watch_policy()
         try:
@@ -554,6 +560,7 @@ class Runtime:
             "wall_s": round(wall, 4),
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
+        await self.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.apply(plan, snapshot)
         self._maybe_project()
         return plan
@@ -687,6 +694,7 @@ class Runtime:
             self._clear_placement(record)
             self._event(record, "DispatchFailed", record.message, warning=True)
             return
+        self.observer.dispatched(record)
         self._event(record, "Dispatched", record.message)
 
     # -- status --------------------------------------------------------------------------------
@@ -938,6 +946,7 @@ class Runtime:
     async def stop(self) -> None:
         self._stopping = True
         self.kick()
+        self.observer.stop()
         for member in self.members.values():
             member.stop()
         if self._policy_informer is not None:
