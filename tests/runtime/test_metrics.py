@@ -195,3 +195,17 @@ def test_observer_takes_job_facts_from_records() -> None:
     assert got[("cpn_prediction_error_ratio_sum", (("gpu_type", "A100-80GB"),))] == pytest.approx(
         0.2
     )
+
+
+def test_observer_keeps_scheduling_when_the_port_is_taken() -> None:
+    """A taken metrics port is logged, not fatal: start() returns without a server."""
+    taken = serve(OperatorMetrics(), "127.0.0.1", 0, lambda: (True, ""))
+    try:
+        port = taken.server_address[1]
+        observer = Observer(OperatorConfig(metrics_port=port))
+        observer.start()
+        assert observer.server is None
+        observer.stop()
+    finally:
+        taken.shutdown()
+        taken.server_close()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -134,3 +137,20 @@ def test_unreadable_log_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert cpn(["replay", str(broken)]) == 2
     assert "cannot read the log" in capsys.readouterr().err
+
+
+def test_replay_in_another_process_with_another_hash_seed(tmp_path: Path) -> None:
+    """Replay does not depend on the process: a fresh interpreter with another hash seed agrees."""
+    path = tmp_path / "decisions.jsonl"
+    write_log(path, [(s, plan_cycle(s)) for s in cycles()])
+    env = {**os.environ, "PYTHONHASHSEED": "4242"}
+    result = subprocess.run(
+        [sys.executable, "-m", "cpn", "replay", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 cycles replayed, 0 with differences" in result.stdout

@@ -340,9 +340,13 @@ class Observer:
                 backups=self.config.decision_log_backups,
             )
         if self.server is None and self.config.metrics_port:
-            self.server = serve(
-                self.metrics, self.config.metrics_address, self.config.metrics_port, self.ready
-            )
+            try:
+                self.server = serve(
+                    self.metrics, self.config.metrics_address, self.config.metrics_port, self.ready
+                )
+            except OSError:  # e.g. the port is taken: schedule anyway, say why loudly
+                log.exception("metrics server not started on port %s", self.config.metrics_port)
+                return
             log.info(
                 "metrics on http://%s:%s/metrics",
                 self.config.metrics_address,
