@@ -1,0 +1,174 @@
+"""Observability end to end: the operator's decision log replays clean, /metrics tells the truth."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cpn.decisions import read_log
+from cpn.devbed import bootstrap, start_operator, wait_until
+from testbed.bed import Testbed
+from tests.e2e.test_operator import TEST_POLICY, Hub, aijob, apply, wait_status
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+JOBS = ("obs-a", "obs-b", "obs-c", "obs-d")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as err:
+        return 0, str(err)
+
+
+class ObservedHub(Hub):
+    """The hub with an operator that logs decisions and serves metrics."""
+
+    decision_log: Path
+    base_url: str
+
+
+@pytest.fixture(scope="module")
+def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedHub]:
+    members = {m: testbed.kubeconfig(m) for m in testbed.members}
+    bootstrap(
+        testbed.kubectl,
+        testbed.kubeconfig("hub"),
+        members,
+        prometheus={m: testbed.prometheus_url(m) for m in testbed.members},
+        policy_yaml=TEST_POLICY,
+    )
+    folder = tmp_path_factory.mktemp("observed")
+    log, decisions, port = folder / "operator.log", folder / "decisions.jsonl", free_port()
+    proc = start_operator(
+        testbed.kubeconfig("hub"),
+        log,
+        interval_s=5,
+        debounce_s=0.1,
+        decision_log=decisions,
+        metrics_port=port,
+    )
+    hub = ObservedHub(testbed, proc, log)
+    hub.decision_log = decisions
+    hub.base_url = f"http://127.0.0.1:{port}"
+    try:
+        yield hub
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        print(log.read_text()[-5000:])
+
+
+@pytest.fixture
+def namespace(hub: Hub) -> Iterator[str]:
+    name = f"obs-{uuid.uuid4().hex[:6]}"
+    hub.core.create_namespace(
+        {"metadata": {"name": name, "labels": {"cpn.io/user": "bob", "cpn.io/group": "nlp"}}}
+    )
+    yield name
+    hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
+    hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def total(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:
+    return sum(value for (n, _), value in found.items() if n == name)
+
+
+def test_decisions_replay_clean_and_metrics_count_the_jobs(
+    hub: ObservedHub, namespace: str
+) -> None:
+    """AIJobs run; the log replays with zero differences; /metrics and /readyz agree."""
+    docs = [aijob(JOBS[0]), aijob(JOBS[1], gpus=4), aijob(JOBS[2], gpus=8)]
+    docs.append(aijob(JOBS[3], gpus=2, queue="research"))
+    result = apply(hub, namespace, *docs)
+    assert result.returncode == 0, result.stderr
+    statuses = {n: wait_status(hub, namespace, n, timeout_s=180, phase="Succeeded") for n in JOBS}
+
+    # Readiness: cycles keep running (interval 5 s), so /readyz answers 200; health always.
+    wait_until(lambda: get(f"{hub.base_url}/readyz")[0] == 200, timeout_s=60, what="/readyz 200")
+    assert get(f"{hub.base_url}/healthz")[0] == 200
+
+    # Metrics: every job of ours is counted once it succeeded (others may have run before).
+    def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        code, text = get(f"{hub.base_url}/metrics")
+        found = samples(text) if code == 200 else {}
+        done = total(found, "cpn_job_completion_seconds_count") >= len(JOBS)
+        return found if done else None
+
+    found = wait_until(scraped, timeout_s=60, what="JCT histogram counting our jobs")
+    assert total(found, "cpn_dispatch_latency_seconds_count") >= len(JOBS)
+    assert total(found, "cpn_job_wait_seconds_count") >= len(JOBS)
+    assert found[("cpn_jobs_finished_total", (("phase", "Succeeded"),))] >= len(JOBS)
+    assert total(found, "cpn_prediction_error_ratio_count") >= len(JOBS)
+    assert found[("cpn_job_completion_seconds_count", (("queue", "research"),))] >= 1
+    slowest = max(s["actualRuntimeSeconds"] for s in statuses.values())
+    assert total(found, "cpn_job_completion_seconds_sum") >= slowest
+    assert total(found, "cpn_cycles_total") >= 1
+    for member in hub.tb.members:
+        assert found[("cpn_member_ready", (("cluster", member),))] == 1
+        totals = [
+            v
+            for (n, labels), v in found.items()
+            if n == "cpn_gpus_total" and ("cluster", member) in labels
+        ]
+        assert totals and sum(totals) > 0
+    free = [v for (n, _), v in found.items() if n == "cpn_gpus_free"]
+    assert free and all(v >= 0 for v in free)
+
+    # The decision log: every job's start is recorded where it really ran, and replays clean.
+    keys = {f"{namespace}/{name}": name for name in JOBS}
+    recorded = {}
+    versions = set()
+    for decision in read_log(hub.decision_log):
+        versions.add(decision.snapshot.policy.version)
+        for start in decision.plan.starts:
+            if start.job_key in keys:
+                recorded[start.job_key] = start
+    assert set(recorded) == set(keys)
+    for key, start in recorded.items():
+        assert start.cluster == statuses[keys[key]]["cluster"]
+        assert start.gpu_type == statuses[keys[key]]["gpuType"]
+    assert all(versions), "each record names the policy version it used"
+    replay = subprocess.run(
+        [sys.executable, "-m", "cpn", "replay", str(hub.decision_log), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    report = json.loads(replay.stdout)
+    assert replay.returncode == 0, json.dumps(report["differences"][:5], indent=1)
+    assert report["differences"] == [] and report["cycles"] >= 1
