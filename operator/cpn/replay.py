@@ -35,6 +35,12 @@ class Difference:
     job_key: str
     recorded: dict[str, Any] | None  # None: the replay decided this and the log did not
     replayed: dict[str, Any] | None  # None: the log decided this and the replay did not
+    solver: str = ""  # the recorded solve, "method/status"
+
+    @property
+    def time_limited(self) -> bool:
+        """The recorded MILP stopped before optimality: a replay may legitimately differ."""
+        return self.solver.startswith("milp/") and self.solver != "milp/Optimal"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,14 +49,16 @@ class Difference:
             "job": self.job_key,
             "recorded": self.recorded,
             "replayed": self.replayed,
+            "solver": self.solver,
+            "time_limited": self.time_limited,
         }
 
     def describe(self) -> str:
+        note = f" (recorded solve {self.solver}: time-limited)" if self.time_limited else ""
         if self.replayed is None:
-            return f"cycle {self.cycle}: {self.part} {self.job_key}: logged but not replayed"
+            return f"cycle {self.cycle}: {self.part} {self.job_key}: logged but not replayed{note}"
         if self.recorded is None:
-            return f"cycle {self.cycle}: {self.part} {self.job_key}: replayed but not logged"
-        assert self.recorded is not None
+            return f"cycle {self.cycle}: {self.part} {self.job_key}: replayed but not logged{note}"
         changed = sorted(
             key
             for key in {*self.recorded, *self.replayed}
@@ -59,12 +67,13 @@ class Difference:
         fields = ", ".join(
             f"{key} {self.recorded.get(key)!r} -> {self.replayed.get(key)!r}" for key in changed
         )
-        return f"cycle {self.cycle}: {self.part} {self.job_key}: {fields}"
+        return f"cycle {self.cycle}: {self.part} {self.job_key}: {fields}{note}"
 
 
 def compare(cycle: int, recorded: CyclePlan, replayed: CyclePlan) -> list[Difference]:
     """Per-job differences of two plans (order within a part is not a decision)."""
     found: list[Difference] = []
+    solver = f"{recorded.stats.method}/{recorded.stats.status}"
     for part in PARTS:
         old = _by_job(getattr(recorded, part))
         new = _by_job(getattr(replayed, part))
@@ -77,6 +86,7 @@ def compare(cycle: int, recorded: CyclePlan, replayed: CyclePlan) -> list[Differ
                         job_key=key,
                         recorded=old.get(key),
                         replayed=new.get(key),
+                        solver=solver,
                     )
                 )
     return found

@@ -13,7 +13,7 @@ import pytest
 
 from cpn.cli import main as cpn
 from cpn.core.cycle import plan_cycle
-from cpn.core.model import CyclePlan, Hold, Snapshot, WaitReason
+from cpn.core.model import CyclePlan, Hold, Snapshot, SolveStats, WaitReason
 from cpn.decisions import EVENT, DecisionLog, encode
 from cpn.replay import compare
 from tests.builders import cluster, job, nodes, running, snapshot
@@ -154,3 +154,14 @@ def test_replay_in_another_process_with_another_hash_seed(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 cycles replayed, 0 with differences" in result.stdout
+
+
+def test_differences_of_a_time_limited_solve_are_flagged() -> None:
+    """A difference in a cycle whose recorded MILP stopped early says so; optimal ones do not."""
+    hold = Hold(job_key="x", reason=WaitReason.Capacity, message="m")
+    limited = CyclePlan(holds=(hold,), stats=SolveStats(method="milp", status="Not Solved"))
+    (diff,) = compare(4, limited, CyclePlan())
+    assert diff.time_limited and "time-limited" in diff.describe()
+    optimal = replace(limited, stats=SolveStats(method="milp", status="Optimal"))
+    (diff,) = compare(4, optimal, CyclePlan())
+    assert not diff.time_limited and diff.as_dict()["solver"] == "milp/Optimal"
