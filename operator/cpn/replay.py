@@ -24,6 +24,9 @@ from cpn.decisions import Decision, encode, read_log
 
 #: The parts of a plan that are decisions, and how each names its job.
 PARTS = ("starts", "preemptions", "holds")
+#: A MILP cycle whose wall time reached this share of ``placement.time_limit_s`` may have been
+#: cut short (PuLP reports a time-limited solve with a feasible solution as Optimal too).
+NEAR_LIMIT = 0.9
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,11 +39,7 @@ class Difference:
     recorded: dict[str, Any] | None  # None: the replay decided this and the log did not
     replayed: dict[str, Any] | None  # None: the log decided this and the replay did not
     solver: str = ""  # the recorded solve, "method/status"
-
-    @property
-    def time_limited(self) -> bool:
-        """The recorded MILP stopped before optimality: a replay may legitimately differ."""
-        return self.solver.startswith("milp/") and self.solver != "milp/Optimal"
+    time_limited: bool = False  # the recorded MILP may have stopped at its time limit
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,10 +69,14 @@ class Difference:
         return f"cycle {self.cycle}: {self.part} {self.job_key}: {fields}{note}"
 
 
-def compare(cycle: int, recorded: CyclePlan, replayed: CyclePlan) -> list[Difference]:
+def compare(
+    cycle: int, recorded: CyclePlan, replayed: CyclePlan, *, time_limited: bool = False
+) -> list[Difference]:
     """Per-job differences of two plans (order within a part is not a decision)."""
     found: list[Difference] = []
     solver = f"{recorded.stats.method}/{recorded.stats.status}"
+    milp = recorded.stats.method == "milp"
+    limited = milp and (time_limited or recorded.stats.status != "Optimal")
     for part in PARTS:
         old = _by_job(getattr(recorded, part))
         new = _by_job(getattr(replayed, part))
@@ -87,6 +90,7 @@ def compare(cycle: int, recorded: CyclePlan, replayed: CyclePlan) -> list[Differ
                         recorded=old.get(key),
                         replayed=new.get(key),
                         solver=solver,
+                        time_limited=limited,
                     )
                 )
     return found
@@ -118,7 +122,13 @@ def replay(decisions: Iterable[Decision]) -> Report:
     differences: list[Difference] = []
     for decision in decisions:
         cycles += 1
-        differences += compare(decision.cycle, decision.plan, plan_cycle(decision.snapshot))
+        limit_s = decision.snapshot.policy.placement.time_limit_s
+        differences += compare(
+            decision.cycle,
+            decision.plan,
+            plan_cycle(decision.snapshot),
+            time_limited=decision.wall_s >= NEAR_LIMIT * limit_s,
+        )
     return Report(cycles=cycles, differences=tuple(differences))
 
 

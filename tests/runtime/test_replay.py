@@ -165,3 +165,5 @@ def test_differences_of_a_time_limited_solve_are_flagged() -> None:
     optimal = replace(limited, stats=SolveStats(method="milp", status="Optimal"))
     (diff,) = compare(4, optimal, CyclePlan())
     assert not diff.time_limited and diff.as_dict()["solver"] == "milp/Optimal"
+    (diff,) = compare(4, optimal, CyclePlan(), time_limited=True)
+    assert diff.time_limited
