@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cpn.decisions import read_log
@@ -82,6 +85,50 @@ def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         except subprocess.TimeoutExpired:
             proc.kill()
         print(log.read_text()[-5000:])
+
+
+@pytest.fixture(scope="module")
+def prometheus(hub: ObservedHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus (the test bed's binary) scraping the operator's /metrics every second."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (bash testbed/setup.sh)")
+    folder = tmp_path_factory.mktemp("prometheus")
+    target = hub.base_url.removeprefix("http://")
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [{"job_name": "cpn", "static_configs": [{"targets": [target]}]}],
+    }
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    with (folder / "prometheus.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={folder / 'prometheus.yml'}",
+                f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def promql(base: str, query: str) -> list[dict[str, object]]:
+    """The result vector of an instant query ([] while Prometheus is not up)."""
+    code, text = get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}")
+    if code != 200:
+        return []
+    result: list[dict[str, object]] = json.loads(text)["data"]["result"]
+    return result
 
 
 @pytest.fixture
@@ -172,3 +219,26 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     report = json.loads(replay.stdout)
     assert replay.returncode == 0, json.dumps(report["differences"][:5], indent=1)
     assert report["differences"] == [] and report["cycles"] >= 1
+
+
+def test_prometheus_scrapes_the_operators_cpn_series(hub: ObservedHub, prometheus: str) -> None:
+    """A real Prometheus scrapes /metrics: the target is up and cpn_ series answer PromQL."""
+    members = set(hub.tb.members)
+
+    def clusters(query: str) -> set[str]:
+        return {str(r["metric"]["cluster"]) for r in promql(prometheus, query)}  # type: ignore[index]
+
+    wait_until(
+        lambda: promql(prometheus, 'cpn_cycles_total{job="cpn"} > 0'),
+        timeout_s=90,
+        what="cpn_cycles_total scraped by Prometheus",
+    )
+    assert promql(prometheus, 'up{job="cpn"} == 1')
+    wait_until(
+        lambda: clusters("cpn_member_ready == 1") == members,
+        timeout_s=60,
+        what="every member ready in Prometheus",
+    )
+    assert clusters("sum by (cluster) (cpn_gpus_total) > 0") == members
+    quantile = "histogram_quantile(0.5, rate(cpn_cycle_duration_seconds_bucket[1m])) >= 0"
+    wait_until(lambda: promql(prometheus, quantile), timeout_s=60, what="cycle duration p50")
