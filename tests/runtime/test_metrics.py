@@ -209,3 +209,25 @@ def test_observer_keeps_scheduling_when_the_port_is_taken() -> None:
     finally:
         taken.shutdown()
         taken.server_close()
+
+
+def test_decision_records_keep_cycle_order_and_failures_are_counted(tmp_path: Path) -> None:
+    """Records written off the loop stay in cycle order; a failing write is counted, not raised."""
+    path = tmp_path / "d.jsonl"
+    observer = Observer(OperatorConfig(decision_log=str(path)))
+    observer.start()
+    snap = busy_snapshot()
+    plan = plan_cycle(snap)
+
+    async def run() -> None:
+        for number in range(1, 6):
+            await observer.cycle(number, snap, plan, 0.01)
+
+    asyncio.run(run())
+    observer.flush()
+    assert observer.decisions is not None
+    observer.decisions.write = None  # type: ignore[assignment,method-assign]
+    asyncio.run(observer.cycle(6, snap, plan, 0.01))
+    observer.stop()
+    assert [d.cycle for d in read_log(path)] == [1, 2, 3, 4, 5]
+    assert samples(observer.metrics)[("cpn_decision_log_errors_total", ())] == 1

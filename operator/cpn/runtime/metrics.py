@@ -17,6 +17,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -330,6 +331,8 @@ class Observer:
         self.server: ThreadingHTTPServer | None = None
         self.last_cycle_at: float | None = None
         self.ready_intervals = 3.0
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
 
     def start(self) -> None:
         """Open the decision log and start the HTTP server, as configured."""
@@ -339,6 +342,8 @@ class Observer:
                 max_bytes=self.config.decision_log_max_bytes,
                 backups=self.config.decision_log_backups,
             )
+            if self.decisions is not None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="cpn-decisions")
         if self.server is None and self.config.metrics_port:
             try:
                 self.server = serve(
@@ -364,15 +369,38 @@ class Observer:
         return True, f"last cycle {age:.1f}s ago"
 
     async def cycle(self, number: int, snapshot: Snapshot, plan: CyclePlan, wall_s: float) -> None:
-        """After each cycle: metrics, readiness, and the decision record (written off the loop)."""
+        """After each cycle: metrics, readiness, and the decision record.
+
+        The record is encoded and written by one writer thread, in cycle order, while the
+        plan is applied (about 0.3 s for 5,000 pending jobs). At most one record is in
+        flight: a cycle waits for the previous record before handing over its own.
+        """
         self.last_cycle_at = self.monotonic()
         self.metrics.observe_cycle(snapshot, plan, wall_s, ended_s=self.wall())
-        if self.decisions is not None:
-            try:
-                await asyncio.to_thread(self.decisions.write, number, wall_s, snapshot, plan)
-            except Exception:  # the log must never stop scheduling
-                self.metrics.decision_log_errors.inc()
-                log.exception("decision record of cycle %s not written", number)
+        if self.decisions is None or self._writer is None:
+            return
+        if self._writing is not None and not self._writing.done():
+            await asyncio.wrap_future(self._writing)
+        writer = self._writer
+        if writer is None:  # stopped while waiting
+            return
+        with contextlib.suppress(RuntimeError):  # shut down meanwhile: nothing more is logged
+            self._writing = writer.submit(self._write, number, wall_s, snapshot, plan)
+
+    def flush(self) -> None:
+        """Wait until the decision record in flight, if any, is written."""
+        if self._writing is not None:
+            self._writing.result()
+
+    def _write(self, number: int, wall_s: float, snapshot: Snapshot, plan: CyclePlan) -> None:
+        decisions = self.decisions
+        if decisions is None:
+            return
+        try:
+            decisions.write(number, wall_s, snapshot, plan)
+        except Exception:  # the log must never stop scheduling
+            self.metrics.decision_log_errors.inc()
+            log.exception("decision record of cycle %s not written", number)
 
     def dispatched(self, record: Record) -> None:
         if record.job is not None:
@@ -400,6 +428,9 @@ class Observer:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)  # flush the record in flight
+            self._writer = None
         if self.decisions is not None:
             self.decisions.close()
             self.decisions = None
