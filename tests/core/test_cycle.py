@@ -83,7 +83,7 @@ def test_unknown_gpu_type_is_infeasible():
 def test_group_quota_holds_jobs_and_names_the_group():
     """A group at its quota waits with reason Quota, naming the group and the numbers."""
     policy = QueuePolicy(quotas=Quotas(groups={"team-a": GroupQuota(limit=Limit(gpus=8))}))
-    jobs = [job("a1", gpus=8, group="team-a"), job("a2", gpus=4, group="team-a", submitted_s=1)]
+    jobs = [job("a1", gpus=8, group="team-a"), job("a2", gpus=8, group="team-a", submitted_s=1)]
     plan = plan_cycle(snapshot(jobs=jobs, clusters=two_types(), policy=policy))
     assert [s.job_key for s in plan.starts] == ["a1"]
     hold = hold_of(plan, "a2")
@@ -191,7 +191,7 @@ def test_aging_lifts_a_long_job_over_newer_short_ones():
     """The default formula's aging term puts a job that waited long enough first."""
     c = cluster("m", nodes("m", 1, gpus=4))
     jobs = [
-        job("old-long", gpus=4, runtime_s=7200, submitted_s=0),
+        job("old-long", gpus=4, runtime_s=2000, submitted_s=0),
         job("new-short", gpus=4, runtime_s=60, submitted_s=3000),
     ]
     plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=3000))

@@ -270,8 +270,8 @@ class _Cycle:
             item.job.key: _candidates(item.job, self.capacity, self.snapshot)
             for item in ranked[:window]
         }
+        self._reserve_ahead(ranked, cands)
         if self.policy.placement.method == "milp":
-            self._reserve_ahead(ranked[:window], cands)
             self._milp_window(ranked[:window], cands)
         blocked_by: Ranked | None = None
         lent: list[tuple[int, Ranked]] = []
@@ -326,16 +326,39 @@ class _Cycle:
             stats=self.stats,
         )
 
-    def _reserve_ahead(self, window: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
-        """Reserve for the window's blocked big or long-waiting jobs before the MILP runs,
-        so that the joint placement backfills around the reservations, not over them."""
-        for item in window:
+    def _reserve_ahead(self, ranked: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
+        """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
+
+        Holders are chosen by level, then submit time, not by score: the oldest
+        blocked job stays the oldest until it starts, so its reservation holds
+        from cycle to cycle instead of passing between jobs whose scores cross
+        (which would let backfill eat the room each time). Every start of the
+        cycle, whatever its rank, then keeps clear of the reserved nodes unless
+        it ends before the reservation begins.
+        """
+        res_policy = self.policy.reservation
+        if not res_policy.enabled or res_policy.max_reservations <= 0:
+            return
+        max_wait = self.policy.aging.max_wait_s
+        worthy = [
+            item
+            for item in ranked
+            if item.job.gpus >= res_policy.min_gpus
+            or (max_wait is not None and self.now - item.job.submit_s >= max_wait)
+        ]
+        worthy.sort(key=lambda r: (r.level, r.job.submit_s, r.job.key))
+        for item in worthy:
+            if len(self.reserved) >= res_policy.max_reservations:
+                return
             job = item.job
-            if self.quota.exceeds(job) or not cands[job.key]:
+            job_cands = cands.get(job.key)
+            if job_cands is None:
+                job_cands = cands[job.key] = _candidates(job, self.capacity, self.snapshot)
+            if self.quota.exceeds(job) or not job_cands:
                 continue
-            if any(self.capacity.fit(job, c.key) is not None for c in cands[job.key]):
+            if any(self.capacity.fit(job, c.key) is not None for c in job_cands):
                 continue
-            self._reserve(item, cands[job.key])
+            self._reserve(item, job_cands)
 
     def _reservation_of(self, key: str) -> Reserved | None:
         return next((r for r in self.reserved if r.job_key == key), None)
@@ -378,20 +401,6 @@ class _Cycle:
             return False
         if self._try_start(item, cands) is not None:
             return True
-        if self._reservation_of(job.key) is not None:
-            return False
-        res = self._reserve(item, cands)
-        if res is not None:
-            self._hold(
-                job,
-                WaitReason.Capacity,
-                f"reserved {res.key[1]} on {res.key[0]} from t={res.start_s:.0f}s "
-                f"({res.start_s - self.now:.0f}s from now)",
-                item,
-                position,
-                reserved_start_s=res.start_s,
-            )
-            return False
         self._hold(job, *self._why_not(item, cands), item, position)
         return False
 

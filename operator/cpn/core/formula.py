@@ -1,7 +1,7 @@
 """The priority-formula language: a small, safe subset of CEL's expression syntax.
 
 An admin writes one arithmetic expression over named per-job factors, e.g.
-``1000000 * priority + aging * wait_s - runtime_s``; higher scores go first.
+``1000000 * priority + aging * wait_s - gpu_time_s``; higher scores go first.
 :func:`compile_formula` tokenizes and parses it (a Pratt parser, no Python
 ``eval``/``ast``) once into a tree of numpy operations; :meth:`Formula.evaluate`
 scores every job at once.

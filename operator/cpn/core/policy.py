@@ -20,9 +20,10 @@ def _empty() -> Mapping[Any, Any]:
 
 
 #: The default priority formula of the ``cpn`` ordering. Higher scores go first.
-#: Shortest predicted runtime first, with aging: one second of waiting is worth
-#: ``aging.rate`` seconds less predicted runtime, so no job waits forever.
-DEFAULT_FORMULA = "1000000 * priority + aging * wait_s - runtime_s"
+#: Smallest predicted GPU-time (GPUs x runtime) first, with aging: one second of
+#: waiting is worth ``aging.rate`` GPU-seconds, so no job waits forever. On Gavel's
+#: Philly traces GPU-time beat plain runtime (see the README's table).
+DEFAULT_FORMULA = "1000000 * priority + aging * wait_s - gpu_time_s"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,11 +5,12 @@ order (level first, then score, then submit time, then key). Orderings are
 registered by name; a policy picks one with ``ordering:``.
 
 Starvation bound of the ``cpn`` ordering: with the default formula
-``1000*priority + aging*wait_s - runtime_s``, a job of equal priority whose
-predicted runtime is ``R`` reaches the head of its level after waiting at most
-``(R - R_min) / aging`` seconds, where ``R_min`` is the shortest runtime of any
-job that arrives later; and once it has waited ``aging.max_wait_s`` it gets a
-reservation (see :mod:`cpn.core.cycle`), so backfill cannot bypass it forever.
+``1000000*priority + aging*wait_s - gpu_time_s``, a job of equal priority whose
+predicted GPU-time is ``G`` ranks above every job arriving after it once it has
+waited ``(G - G_min) / aging`` seconds (``G_min``: the smallest GPU-time of a
+later arrival); and once it has waited ``aging.max_wait_s`` it becomes eligible
+for a reservation, which the oldest eligible blocked jobs hold until they start
+(see :mod:`cpn.core.cycle`), so backfill cannot bypass it forever.
 """
 
 from __future__ import annotations
