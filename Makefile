@@ -2,10 +2,10 @@
 PY      ?= python3
 PYTEST  ?= $(PY) -m pytest
 TRACE   ?= tests/data/tiny.csv
-CLUSTERS?= testbed/sim-clusters.yaml
+CLUSTERS?= tests/data/small-clusters.yaml
 POLICY  ?= fifo,sjf,oracle,las,gavel,default
 
-.PHONY: help install fmt lint test test-fast sim bench demo testbed-up testbed-down testbed-status check
+.PHONY: help install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +30,9 @@ test-fast: ## unit tests only, no test bed
 
 sim: ## simulate TRACE on CLUSTERS with POLICY (comma-separated)
 	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY)
+
+sim-philly: ## the README's table: fifo, oracle and default on Gavel's five Philly traces (~20 min)
+	$(PY) -m cpn simulate philly --out out/philly --json
 
 bench: ## benchmarks; each prints JSON
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
