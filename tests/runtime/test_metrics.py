@@ -111,6 +111,9 @@ def test_job_life_fills_wait_jct_dispatch_and_prediction_error() -> None:
         actual_s=60.0,
     )
     metrics.ended("Failed", queue="", submit_s=100.0, finish_s=120.0)
+    observer = Observer(OperatorConfig(), metrics=metrics)
+    observer.dispatch_failed("west")
+    observer.retrying()
     got = samples(metrics)
     assert got[("cpn_dispatch_latency_seconds_sum", ())] == 3.0
     assert got[("cpn_job_wait_seconds_sum", (("queue", "research"),))] == 10.0
@@ -119,6 +122,8 @@ def test_job_life_fills_wait_jct_dispatch_and_prediction_error() -> None:
     assert got[("cpn_prediction_error_ratio_sum", (("gpu_type", "A100-80GB"),))] == 0.25
     assert got[("cpn_jobs_finished_total", (("phase", "Failed"),))] == 1
     assert ("cpn_job_completion_seconds_count", (("queue", "default"),)) not in got
+    assert got[("cpn_dispatch_failures_total", (("cluster", "west"),))] == 1
+    assert got[("cpn_job_retries_total", ())] == 1
 
 
 def test_registries_are_private() -> None:

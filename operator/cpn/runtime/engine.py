@@ -421,6 +421,7 @@ class Runtime:
             record.phase = k.PHASE_QUEUED
             record.not_before_s = self.clock() + delay
             record.reason = "Retrying"
+            self.observer.retrying()
             record.message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
             self._event(record, "Retrying", record.message, warning=True)
             self._clear_placement(record)
@@ -690,6 +691,7 @@ class Runtime:
             record.attempts = attempt - 1
             record.phase = k.PHASE_QUEUED
             record.reason = "DispatchFailed"
+            self.observer.dispatch_failed(start.cluster)
             record.message = f"could not create the Job on {start.cluster}: {err}"[:500]
             self._clear_placement(record)
             self._event(record, "DispatchFailed", record.message, warning=True)

@@ -102,6 +102,15 @@ class OperatorMetrics:
         self.dispatches = Counter(
             "cpn_dispatches", "Member Jobs created, per cluster", ["cluster"], registry=r
         )
+        self.dispatch_failures = Counter(
+            "cpn_dispatch_failures",
+            "Member Jobs that could not be created (the AIJob goes back to the queue), per cluster",
+            ["cluster"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "cpn_job_retries", "Failed attempts that will be retried after a back-off", registry=r
+        )
         self.prediction_error = Histogram(
             "cpn_prediction_error_ratio",
             "Relative error of the predicted runtime: |predicted - actual| / actual",
@@ -405,6 +414,12 @@ class Observer:
     def dispatched(self, record: Record) -> None:
         if record.job is not None:
             self.metrics.dispatched(record.cluster, record.job.submit_s, self.wall())
+
+    def dispatch_failed(self, cluster: str) -> None:
+        self.metrics.dispatch_failures.labels(cluster).inc()
+
+    def retrying(self) -> None:
+        self.metrics.retries.inc()
 
     def started(self, record: Record) -> None:
         if record.job is not None and record.start_s:
