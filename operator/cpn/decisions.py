@@ -111,10 +111,10 @@ def _decode(hint: Any, data: Any) -> Any:
     if origin in (Mapping, dict) or hint in (Mapping, dict):
         key, item = args or (Any, Any)
         return types.MappingProxyType({_decode(key, k): _decode(item, v) for k, v in data.items()})
-    if hint is float:
-        return float(data)
-    if hint in (int, str, bool):
-        if not isinstance(data, hint):
+    if hint in (float, int, str, bool):
+        # As written: JSON keeps 8 and 8.0 apart, so a value whose runtime type differs from
+        # its annotation (an int in a float field) still comes back equal.
+        if not isinstance(data, int | float | str | bool):
             raise TypeError(f"expected {hint.__name__}, got {data!r}")
         return data
     raise TypeError(f"cannot decode {hint!r} from the decision log")
