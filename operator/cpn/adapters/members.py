@@ -269,11 +269,21 @@ class Member:
         except ApiException as err:
             if err.status == 409:
                 return ""
-            if err.status == 404:  # namespace missing: create it once, then retry
-                self.core.create_namespace({"metadata": {"name": namespace}}, _request_timeout=30)
-                created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
-                return str(created.metadata.uid)
+            if err.status != 404:
+                raise
+        # The namespace is missing: create it (concurrent dispatches race to; fine), retry once.
+        try:
+            self.core.create_namespace({"metadata": {"name": namespace}}, _request_timeout=30)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        try:
+            created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
+        except ApiException as err:
+            if err.status == 409:
+                return ""
             raise
+        return str(created.metadata.uid)
 
     def delete_job(self, name: str) -> None:
         """Delete a member Job and its pods; a missing Job counts as deleted."""

@@ -693,6 +693,7 @@ class Runtime:
             record.reason = "DispatchFailed"
             self.observer.dispatch_failed(start.cluster)
             record.message = f"could not create the Job on {start.cluster}: {err}"[:500]
+            log.warning("dispatch of %s failed: %s", record.key, err)
             self._clear_placement(record)
             self._event(record, "DispatchFailed", record.message, warning=True)
             return
