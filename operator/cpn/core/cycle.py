@@ -329,7 +329,8 @@ class _Cycle:
     def _reserve_ahead(self, ranked: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
 
-        Holders are chosen by level, then submit time, not by score: the oldest
+        Holders are chosen by level, then size (jobs of at least ``min_gpus``
+        first), then submit time, not by score: the oldest
         blocked job stays the oldest until it starts, so its reservation holds
         from cycle to cycle instead of passing between jobs whose scores cross
         (which would let backfill eat the room each time). Every start of the
@@ -346,7 +347,9 @@ class _Cycle:
             if item.job.gpus >= res_policy.min_gpus
             or (max_wait is not None and self.now - item.job.submit_s >= max_wait)
         ]
-        worthy.sort(key=lambda r: (r.level, r.job.submit_s, r.job.key))
+        # Big jobs first (they cannot backfill; small ones soon find room), then by age.
+        worthy.sort(key=lambda r: (r.level, r.job.gpus < res_policy.min_gpus, r.job.submit_s,
+                                   r.job.key))
         for item in worthy:
             if len(self.reserved) >= res_policy.max_reservations:
                 return

@@ -94,7 +94,7 @@ class Reservation:
 
     enabled: bool = True
     min_gpus: float = 16.0
-    max_reservations: int = 2
+    max_reservations: int = 8
     backfill: bool = True
 
 
