@@ -348,8 +348,9 @@ class _Cycle:
             or (max_wait is not None and self.now - item.job.submit_s >= max_wait)
         ]
         # Big jobs first (they cannot backfill; small ones soon find room), then by age.
-        worthy.sort(key=lambda r: (r.level, r.job.gpus < res_policy.min_gpus, r.job.submit_s,
-                                   r.job.key))
+        worthy.sort(
+            key=lambda r: (r.level, r.job.gpus < res_policy.min_gpus, r.job.submit_s, r.job.key)
+        )
         for item in worthy:
             if len(self.reserved) >= res_policy.max_reservations:
                 return
