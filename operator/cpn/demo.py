@@ -225,11 +225,12 @@ def main(argv: Sequence[str]) -> int:
             f"cpn.io/user={user}",
             f"cpn.io/group={group}",
         )
-        _kubectl(kubectl, hub, "delete", "aijobs", "--all", "-n", namespace, "--wait=false")
     log = tb.state_dir / "logs" / "operator.log"
     print(f"== operator: starting (log: {log})")
     proc = start_operator(hub, log, interval_s=5, debounce_s=0.2)
     try:
+        for namespace in TEAMS:  # a previous demo's jobs: gone before the new ones come
+            _kubectl(kubectl, hub, "delete", "aijobs", "--all", "-n", namespace, "--timeout=120s")
         jobs = demo_jobs(args.jobs, args.seed)
         docs = yaml.safe_dump_all([body for _, body in jobs])
         print(f"== kubectl apply: {len(jobs)} AIJobs from {len(TEAMS)} teams")
@@ -253,7 +254,7 @@ def main(argv: Sequence[str]) -> int:
                 print("\033[2J\033[H", end="")
             print(f"== queue ({done}/{len(items)} finished)  {time.strftime('%H:%M:%S')}")
             print("\n".join(table.splitlines()[: max(width.lines - 4, 10)]), flush=True)
-            if items and done == len(items):
+            if done == len(jobs):
                 break
             time.sleep(args.refresh_s)
         text, figures = summary(items)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,6 +233,27 @@ def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> 
     row = next(r for r in rows if r["NAME"] == "wait-0")
     assert row["PHASE"] == "Queued" and row["ETA"].endswith("Z") and row["POSITION"]
     assert row["GPUS"] == "8" and row["PREDICTED"]
+    queue = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cpn",
+            "queue",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--kubeconfig",
+            str(hub.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    by_job = {r["aijob"]: r for r in json.loads(queue.stdout)}
+    waiting = by_job[f"{namespace}/wait-0"]
+    assert waiting["position"] in {1, 2} and waiting["eta"] and waiting["reason"]
+    assert waiting["user"] == "alice" and waiting["group"] == "vision"
     hub.kubectl("delete", "aijobs", "--all", "-n", namespace, "--wait=false")
 
 

@@ -1,0 +1,122 @@
+"""``cpn queue``: the queue across all member clusters, as a researcher reads it.
+
+One row per AIJob that has not finished: position, job, user, group, GPUs,
+predicted runtime, ETA, phase and the reason it waits (or where it runs).
+Reads the AIJobs' status from the hub, so it shows exactly what the operator
+wrote; ``-o json|yaml`` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from cpn.api import constants as k
+
+COLUMNS = ("POSITION", "AIJOB", "USER", "GROUP", "GPUS", "PREDICTED", "ETA", "PHASE", "REASON")
+
+
+def rows_from(
+    items: Sequence[Mapping[str, Any]], *, queue: str | None = None, include_finished: bool = False
+) -> list[dict[str, Any]]:
+    """Queue rows, waiting jobs first by position, then running ones."""
+    rows = []
+    for item in items:
+        status = item.get("status") or {}
+        phase = status.get("phase", "")
+        if phase in k.FINISHED_PHASES and not include_finished:
+            continue
+        if queue and status.get("queue") != queue:
+            continue
+        meta = item.get("metadata") or {}
+        where = status.get("cluster")
+        rows.append(
+            {
+                "position": status.get("position"),
+                "aijob": f"{meta.get('namespace')}/{meta.get('name')}",
+                "queue": status.get("queue", ""),
+                "user": status.get("user", ""),
+                "group": status.get("group", ""),
+                "gpus": status.get("gpus"),
+                "predicted": status.get("predicted", ""),
+                "eta": status.get("eta", ""),
+                "estimatedStart": status.get("estimatedStart"),
+                "phase": phase,
+                "cluster": where,
+                "gpuType": status.get("gpuType"),
+                "reason": status.get("reason", ""),
+                "message": status.get("message", ""),
+            }
+        )
+    waiting = [r for r in rows if r["phase"] in {k.PHASE_QUEUED, k.PHASE_SUSPENDED, ""}]
+    others = [r for r in rows if r not in waiting]
+    waiting.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["aijob"]))
+    others.sort(key=lambda r: (r["phase"], r["aijob"]))
+    return waiting + others
+
+
+def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A terminal table; the REASON column carries the one-line message."""
+    cells = []
+    for row in rows:
+        reason = row["message"] or row["reason"]
+        cells.append(
+            [
+                str(row["position"] or ""),
+                row["aijob"],
+                row["user"],
+                row["group"],
+                f"{row['gpus']:g}" if isinstance(row["gpus"], int | float) else "",
+                row["predicted"],
+                row["eta"],
+                row["phase"],
+                reason[:80],
+            ]
+        )
+    widths = [max(len(c[i]) for c in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        for line in [list(COLUMNS), *cells]
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="cpn queue", description=__doc__)
+    parser.add_argument("--queue", help="only this queue")
+    parser.add_argument("-n", "--namespace", help="only this namespace")
+    parser.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    parser.add_argument("--all", action="store_true", help="include finished jobs")
+    parser.add_argument("--kubeconfig", help="the hub's kubeconfig (default: $KUBECONFIG)")
+    args = parser.parse_args(list(argv))
+    from pathlib import Path
+
+    from kubernetes import client
+
+    from cpn.adapters.kube import client_from_kubeconfig, hub_client
+
+    api = (
+        client_from_kubeconfig(Path(args.kubeconfig).read_text())
+        if args.kubeconfig
+        else (hub_client())
+    )
+    custom: Any = client.CustomObjectsApi(api)
+    if args.namespace:
+        result = custom.list_namespaced_custom_object(
+            k.GROUP, k.VERSION, args.namespace, k.AIJOB_PLURAL
+        )
+    else:
+        result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
+    rows = rows_from(result.get("items") or [], queue=args.queue, include_finished=args.all)
+    if args.output == "json":
+        print(json.dumps(rows, indent=1))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(rows, sort_keys=False), end="")
+    else:
+        print(render_table(rows) if rows else "no AIJobs in the queue", file=sys.stdout)
+    return 0
