@@ -219,6 +219,20 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     report = json.loads(replay.stdout)
     assert replay.returncode == 0, json.dumps(report["differences"][:5], indent=1)
     assert report["differences"] == [] and report["cycles"] >= 1
+    # `cpn explain` reads the same log: the chosen candidate is where the job really ran.
+    key = next(iter(keys))
+    explained = subprocess.run(
+        [sys.executable, "-m", "cpn", "explain", key, "--log", str(hub.decision_log), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
+    found = json.loads(explained.stdout)
+    chosen = [c for c in found["candidates"] if c["chosen"]]
+    assert found["outcome"] == "started" and len(chosen) == 1
+    assert chosen[0]["cluster"] == statuses[keys[key]]["cluster"]
+    assert "wait_s" in found["terms"]
 
 
 def test_prometheus_scrapes_the_operators_cpn_series(hub: ObservedHub, prometheus: str) -> None:
