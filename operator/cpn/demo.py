@@ -19,7 +19,6 @@ import argparse
 import json
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ import yaml
 
 from cpn.api.aijob import parse_time
 from cpn.api.status import human_duration
-from cpn.devbed import bootstrap, start_operator
+from cpn.devbed import bootstrap_testbed, start_operator, stop_process
 
 TEAMS = {
     "team-vision": ("alice", "vision"),
@@ -207,12 +206,7 @@ def main(argv: Sequence[str]) -> int:
     hub = tb.kubeconfig("hub")
     kubectl = tb.kubectl
     print("== hub: CRDs, policy, MemberClusters")
-    bootstrap(
-        kubectl,
-        hub,
-        {m: tb.kubeconfig(m) for m in tb.members},
-        prometheus={m: tb.prometheus_url(m) for m in tb.members},
-    )
+    bootstrap_testbed(tb)
     for namespace, (user, group) in TEAMS.items():
         _kubectl(kubectl, hub, "create", "namespace", namespace)
         _kubectl(
@@ -264,11 +258,7 @@ def main(argv: Sequence[str]) -> int:
         print("== demo " + ("passed: every AIJob Succeeded" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         if args.down:
             tb.down()
         else:

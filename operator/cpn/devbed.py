@@ -138,6 +138,27 @@ def bootstrap(
     api.close()
 
 
+def bootstrap_testbed(tb: Any, *, policy_yaml: str | None = None) -> None:
+    """:func:`bootstrap` for every member of a running :class:`testbed.bed.Testbed`."""
+    bootstrap(
+        tb.kubectl,
+        tb.kubeconfig("hub"),
+        {m: tb.kubeconfig(m) for m in tb.members},
+        prometheus={m: tb.prometheus_url(m) for m in tb.members},
+        policy_yaml=policy_yaml,
+    )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s)
+
+
 def operator_env(hub_kubeconfig: Path, **settings: object) -> dict[str, str]:
     """Environment of an operator process pointed at the hub."""
     env = {**os.environ, "KUBECONFIG": str(hub_kubeconfig), "CPN_NAMESPACE": NAMESPACE}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cpn.decisions import read_log
-from cpn.devbed import bootstrap, start_operator, wait_until
+from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.test_operator import TEST_POLICY, Hub, aijob, apply, wait_status
 
@@ -55,14 +54,7 @@ class ObservedHub(Hub):
 
 @pytest.fixture(scope="module")
 def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedHub]:
-    members = {m: testbed.kubeconfig(m) for m in testbed.members}
-    bootstrap(
-        testbed.kubectl,
-        testbed.kubeconfig("hub"),
-        members,
-        prometheus={m: testbed.prometheus_url(m) for m in testbed.members},
-        policy_yaml=TEST_POLICY,
-    )
+    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
     folder = tmp_path_factory.mktemp("observed")
     log, decisions, port = folder / "operator.log", folder / "decisions.jsonl", free_port()
     proc = start_operator(
@@ -79,11 +71,7 @@ def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     try:
         yield hub
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         print(log.read_text()[-5000:])
 
 
@@ -115,11 +103,7 @@ def prometheus(hub: ObservedHub, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def promql(base: str, query: str) -> list[dict[str, object]]:

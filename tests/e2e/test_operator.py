@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import uuid
@@ -16,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from cpn.adapters.kube import client_from_kubeconfig
-from cpn.devbed import bootstrap, start_operator, wait_until
+from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -69,25 +68,14 @@ class Hub:
 
 @pytest.fixture(scope="module")
 def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    members = {m: testbed.kubeconfig(m) for m in testbed.members}
-    bootstrap(
-        testbed.kubectl,
-        testbed.kubeconfig("hub"),
-        members,
-        prometheus={m: testbed.prometheus_url(m) for m in testbed.members},
-        policy_yaml=TEST_POLICY,
-    )
+    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = start_operator(testbed.kubeconfig("hub"), log, interval_s=5, debounce_s=0.1)
     hub = Hub(testbed, proc, log)
     try:
         yield hub
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         print(log.read_text()[-5000:])
 
 

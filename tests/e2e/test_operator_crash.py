@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from cpn.devbed import bootstrap, start_operator, wait_until
+from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.test_operator import TEST_POLICY, Hub, aijob, apply
 
@@ -27,19 +26,14 @@ def restart(hub: Hub) -> None:
 
 @pytest.fixture(scope="module")
 def crash_hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    members = {m: testbed.kubeconfig(m) for m in testbed.members}
-    bootstrap(testbed.kubectl, testbed.kubeconfig("hub"), members, policy_yaml=TEST_POLICY)
+    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
     log = tmp_path_factory.mktemp("crash") / "operator.log"
     proc = start_operator(testbed.kubeconfig("hub"), log, interval_s=5, debounce_s=0.1)
     hub = Hub(testbed, proc, log)
     try:
         yield hub
     finally:
-        hub.proc.send_signal(signal.SIGTERM)
-        try:
-            hub.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            hub.proc.kill()
+        stop_process(hub.proc)
 
 
 def phases(hub: Hub, namespace: str) -> Counter[str]:

@@ -74,6 +74,7 @@ class Store:
 
     def __init__(self, policy: QueuePolicy, estimator: Estimator) -> None:
         self.records: dict[str, Record] = {}
+        self._by_uid: dict[str, str] = {}  # uid -> key: member Job events look records up by UID
         self.policy = policy
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
@@ -98,7 +99,11 @@ class Store:
                 group=group,
             )
             _restore(record, body.get("status") or {})
+            old = self.records.get(key)
+            if old is not None:
+                self._by_uid.pop(old.uid, None)
             self.records[key] = record
+            self._by_uid[record.uid] = key
         record.deleting = bool(meta.get("deletionTimestamp"))
         if record.generation != generation or record.user != user or record.group != group:
             record.body = body
@@ -137,13 +142,14 @@ class Store:
                 record.job = self.attach_estimate(record.job)
 
     def remove(self, key: str) -> Record | None:
-        return self.records.pop(key, None)
+        record = self.records.pop(key, None)
+        if record is not None:
+            self._by_uid.pop(record.uid, None)
+        return record
 
     def by_uid(self, uid: str) -> Record | None:
-        for record in self.records.values():
-            if record.uid == uid:
-                return record
-        return None
+        key = self._by_uid.get(uid)
+        return self.records.get(key) if key is not None else None
 
     def pending(self) -> list[Record]:
         return [

@@ -1,0 +1,46 @@
+"""The operator's store: records by key and by UID, refreshed from AIJob objects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cpn.core.model import Estimate, Job
+from cpn.core.policy import QueuePolicy
+from cpn.runtime.store import Store
+
+
+class FixedEstimator:
+    def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
+        return Estimate(runtime_s={t: 60.0 for t in gpu_types})
+
+    def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
+        return None
+
+
+def body(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "generation": 1,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {
+            "resources": {"gpus": 1},
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
+
+
+def test_records_are_found_by_uid_and_a_recreated_name_replaces_the_old_uid():
+    """A name deleted and created again is a new record; the old UID no longer resolves."""
+    store = Store(QueuePolicy(), FixedEstimator())
+    first = store.upsert(body("a", "uid-1"), user="u", group="g")
+    assert store.by_uid("uid-1") is first
+    second = store.upsert(body("a", "uid-2"), user="u", group="g")
+    assert second is not first
+    assert store.by_uid("uid-2") is second and store.by_uid("uid-1") is None
+    store.remove("ns/a")
+    assert store.by_uid("uid-2") is None and store.records == {}
