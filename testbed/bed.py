@@ -673,6 +673,24 @@ class Testbed:
             self._save_state()
         return time.monotonic() - t0
 
+    # ------------------------------------------------------------------ faults
+
+    def stop_component(self, cluster: str, component: str) -> None:
+        """Stop one component (to test what happens when it fails); its data is kept."""
+        key = f"{cluster}/{component}"
+        proc = self._procs.get(key)
+        if proc is None:
+            raise TestbedError(f"{key} is not part of this bed")
+        if procs.stop([proc]):
+            raise TestbedError(f"could not stop {key} (pid {proc.pid})")
+
+    def start_component(self, cluster: str, component: str, *, timeout_s: float = 60.0) -> None:
+        """Start a stopped component again and wait until it is healthy."""
+        spec = self.spec.cluster(cluster)
+        if component not in spec.components:
+            raise TestbedError(f"{cluster}/{component} is not part of this bed")
+        self._start(spec, component, self.binaries, time.monotonic() + timeout_s)
+
     def stray_processes(self) -> list[int]:
         """Pids of any process whose command line mentions the state dir (should be none)."""
         needle = str(self.state_dir).encode()

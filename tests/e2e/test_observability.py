@@ -10,7 +10,6 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cpn.decisions import read_log
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.devbed import stop_process, wait_until
 from testbed.bed import Testbed
-from tests.e2e.test_operator import TEST_POLICY, Hub, aijob, apply, wait_status
+from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -45,44 +44,31 @@ def get(url: str) -> tuple[int, str]:
         return 0, str(err)
 
 
-class ObservedHub(Hub):
-    """The hub with an operator that logs decisions and serves metrics."""
+def base_url(hub: Hub) -> str:
+    """Where the operator serves /metrics, /healthz and /readyz."""
+    return f"http://127.0.0.1:{hub.settings['metrics_port']}"
 
-    decision_log: Path
-    base_url: str
+
+def decision_log(hub: Hub) -> Path:
+    return Path(str(hub.settings["decision_log"]))
 
 
 @pytest.fixture(scope="module")
-def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedHub]:
-    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
+def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     folder = tmp_path_factory.mktemp("observed")
-    log, decisions, port = folder / "operator.log", folder / "decisions.jsonl", free_port()
-    proc = start_operator(
-        testbed.kubeconfig("hub"),
-        log,
-        interval_s=5,
-        debounce_s=0.1,
-        decision_log=decisions,
-        metrics_port=port,
-    )
-    hub = ObservedHub(testbed, proc, log)
-    hub.decision_log = decisions
-    hub.base_url = f"http://127.0.0.1:{port}"
-    try:
+    log, port = folder / "decisions.jsonl", free_port()
+    with running_hub(testbed, folder, decision_log=log, metrics_port=port) as hub:
         yield hub
-    finally:
-        stop_process(proc)
-        print(log.read_text()[-5000:])
 
 
 @pytest.fixture(scope="module")
-def prometheus(hub: ObservedHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def prometheus(hub: Hub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus (the test bed's binary) scraping the operator's /metrics every second."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus is not installed (bash testbed/setup.sh)")
     folder = tmp_path_factory.mktemp("prometheus")
-    target = hub.base_url.removeprefix("http://")
+    target = base_url(hub).removeprefix("http://")
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [{"job_name": "cpn", "static_configs": [{"targets": [target]}]}],
@@ -117,13 +103,8 @@ def promql(base: str, query: str) -> list[dict[str, object]]:
 
 @pytest.fixture
 def namespace(hub: Hub) -> Iterator[str]:
-    name = f"obs-{uuid.uuid4().hex[:6]}"
-    hub.core.create_namespace(
-        {"metadata": {"name": name, "labels": {"cpn.io/user": "bob", "cpn.io/group": "nlp"}}}
-    )
-    yield name
-    hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
-    hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with new_namespace(hub, "obs", user="bob", group="nlp") as name:
+        yield name
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -138,9 +119,7 @@ def total(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str
     return sum(value for (n, _), value in found.items() if n == name)
 
 
-def test_decisions_replay_clean_and_metrics_count_the_jobs(
-    hub: ObservedHub, namespace: str
-) -> None:
+def test_decisions_replay_clean_and_metrics_count_the_jobs(hub: Hub, namespace: str) -> None:
     """AIJobs run; the log replays with zero differences; /metrics and /readyz agree."""
     docs = [aijob(JOBS[0]), aijob(JOBS[1], gpus=4), aijob(JOBS[2], gpus=8)]
     docs.append(aijob(JOBS[3], gpus=2, queue="research"))
@@ -149,12 +128,12 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     statuses = {n: wait_status(hub, namespace, n, timeout_s=180, phase="Succeeded") for n in JOBS}
 
     # Readiness: cycles keep running (interval 5 s), so /readyz answers 200; health always.
-    wait_until(lambda: get(f"{hub.base_url}/readyz")[0] == 200, timeout_s=60, what="/readyz 200")
-    assert get(f"{hub.base_url}/healthz")[0] == 200
+    wait_until(lambda: get(f"{base_url(hub)}/readyz")[0] == 200, timeout_s=60, what="/readyz 200")
+    assert get(f"{base_url(hub)}/healthz")[0] == 200
 
     # Metrics: every job of ours is counted once it succeeded (others may have run before).
     def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
-        code, text = get(f"{hub.base_url}/metrics")
+        code, text = get(f"{base_url(hub)}/metrics")
         found = samples(text) if code == 200 else {}
         done = total(found, "cpn_job_completion_seconds_count") >= len(JOBS)
         return found if done else None
@@ -183,7 +162,7 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     keys = {f"{namespace}/{name}": name for name in JOBS}
     recorded = {}
     versions = set()
-    for decision in read_log(hub.decision_log):
+    for decision in read_log(decision_log(hub)):
         versions.add(decision.snapshot.policy.version)
         for start in decision.plan.starts:
             if start.job_key in keys:
@@ -194,7 +173,7 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
         assert start.gpu_type == statuses[keys[key]]["gpuType"]
     assert all(versions), "each record names the policy version it used"
     replay = subprocess.run(
-        [sys.executable, "-m", "cpn", "replay", str(hub.decision_log), "--json"],
+        [sys.executable, "-m", "cpn", "replay", str(decision_log(hub)), "--json"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -206,7 +185,7 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     # `cpn explain` reads the same log: the chosen candidate is where the job really ran.
     key = next(iter(keys))
     explained = subprocess.run(
-        [sys.executable, "-m", "cpn", "explain", key, "--log", str(hub.decision_log), "--json"],
+        [sys.executable, "-m", "cpn", "explain", key, "--log", str(decision_log(hub)), "--json"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -219,7 +198,7 @@ def test_decisions_replay_clean_and_metrics_count_the_jobs(
     assert "wait_s" in found["terms"]
 
 
-def test_prometheus_scrapes_the_operators_cpn_series(hub: ObservedHub, prometheus: str) -> None:
+def test_prometheus_scrapes_the_operators_cpn_series(hub: Hub, prometheus: str) -> None:
     """A real Prometheus scrapes /metrics: the target is up and cpn_ series answer PromQL."""
     members = set(hub.tb.members)
 

@@ -5,133 +5,38 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
-from cpn.adapters.kube import client_from_kubeconfig
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.devbed import wait_until
 from testbed.bed import Testbed
+from tests.e2e.hubkit import (
+    TEST_POLICY,
+    Hub,
+    aijob,
+    apply,
+    events_of,
+    new_namespace,
+    printed_table,
+    running_hub,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-#: The default policy with quick retries, so failure tests finish in seconds.
-TEST_POLICY = """
-retry: {max_attempts: 2, backoff_s: 1}
-"""
-
-
-class Hub:
-    """The hub with the operator running: helpers to apply and read AIJobs."""
-
-    def __init__(self, tb: Testbed, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.tb = tb
-        self.proc = proc
-        self.log = log
-        self.kubeconfig = tb.kubeconfig("hub")
-        self.api = client_from_kubeconfig(self.kubeconfig.read_text())
-        self.custom = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
-
-    def kubectl(
-        self, *args: str, input_: str | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.tb.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input_,
-            text=True,
-            capture_output=True,
-            check=check,
-        )
-
-    def aijob(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(
-            "cpn.io", "v1alpha1", namespace, "aijobs", name
-        )
-
-    def status(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.aijob(namespace, name).get("status") or {}
-
-    def member_jobs(self, cluster: str, uid: str) -> list[Any]:
-        with self.tb.api_client(cluster) as api:
-            jobs = client.BatchV1Api(api).list_job_for_all_namespaces(
-                label_selector=f"cpn.io/aijob-uid={uid}"
-            )
-            return list(jobs.items)
-
-
 @pytest.fixture(scope="module")
 def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = start_operator(testbed.kubeconfig("hub"), log, interval_s=5, debounce_s=0.1)
-    hub = Hub(testbed, proc, log)
-    try:
+    with running_hub(testbed, tmp_path_factory.mktemp("operator")) as hub:
         yield hub
-    finally:
-        stop_process(proc)
-        print(log.read_text()[-5000:])
 
 
 @pytest.fixture
 def namespace(hub: Hub) -> Iterator[str]:
-    name = f"team-{uuid.uuid4().hex[:6]}"
-    hub.core.create_namespace(
-        {"metadata": {"name": name, "labels": {"cpn.io/user": "alice", "cpn.io/group": "vision"}}}
-    )
-    yield name
-    # While the operator runs, so its finalizer lets the AIJobs go.
-    hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
-    hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def aijob(
-    name: str,
-    *,
-    gpus: int = 1,
-    model: str = "resnet50",
-    workers: int = 1,
-    durations: dict[str, str] | None = None,
-    gpu_types: list[str] | None = None,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """An AIJob manifest whose simulated runtime on the test bed depends on the GPU type."""
-    durations = durations or {"A100-80GB": "6s", "V100-32GB": "15s"}
-    notes = {
-        "cpn.io/per-gpu-type": json.dumps({"testbed.cpn.io/duration": durations}),
-        **(annotations or {}),
-    }
-    resources: dict[str, Any] = {"gpus": gpus, "cpu": "2", "memory": "8Gi"}
-    if gpu_types:
-        resources["gpuTypes"] = gpu_types
-    return {
-        "apiVersion": "cpn.io/v1alpha1",
-        "kind": "AIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "workers": workers,
-            "resources": resources,
-            "model": {"name": model, "batchSize": 64, "datasetSamples": 50000, "epochs": 1},
-            "template": {
-                "metadata": {"annotations": notes},
-                "spec": {"containers": [{"name": "train", "image": "trainer:1"}]},
-            },
-            **spec,
-        },
-    }
-
-
-def apply(hub: Hub, namespace: str, *docs: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return hub.kubectl(
-        "apply", "-n", namespace, "-f", "-", input_=yaml.safe_dump_all(docs), check=False
-    )
+    with new_namespace(hub, "team", user="alice", group="vision") as name:
+        yield name
 
 
 def test_aijobs_run_where_planned_and_succeed(hub: Hub, namespace: str) -> None:
@@ -148,43 +53,6 @@ def test_aijobs_run_where_planned_and_succeed(hub: Hub, namespace: str) -> None:
         assert jobs[0].metadata.labels["cpn.io/aijob-name"] == name
         # The A100s finish these models sooner: cpn should have chosen them.
         assert status["gpuType"] == "A100-80GB"
-
-
-def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
-    """Reasons of the Events posted about an object."""
-    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
-    return [e.reason for e in events.items]
-
-
-def wait_status(
-    hub: Hub, namespace: str, name: str, *, timeout_s: float = 60, **want: Any
-) -> dict[str, Any]:
-    """Wait until the AIJob's status has every ``want`` field; the error shows the last status."""
-    last: dict[str, Any] = {}
-
-    def check() -> dict[str, Any] | None:
-        nonlocal last
-        last = hub.status(namespace, name)
-        return last if all(last.get(k) == v for k, v in want.items()) else None
-
-    try:
-        found: dict[str, Any] = wait_until(check, timeout_s=timeout_s, what=f"{name} {want}")
-    except TimeoutError as err:
-        raise AssertionError(f"{err}; last status: {json.dumps(last, indent=1)}") from None
-    return found
-
-
-def printed_table(text: str) -> list[dict[str, str]]:
-    """kubectl's table as dicts, cut at the header's column starts (cells may be empty)."""
-    lines = text.splitlines()
-    header = lines[0]
-    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
-    names = header.split()
-    rows = []
-    for line in lines[1:]:
-        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-        rows.append(dict(zip(names, cells, strict=True)))
-    return [dict.fromkeys(names, ""), *rows] if rows else [dict.fromkeys(names, "")]
 
 
 def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> None:

@@ -5,52 +5,23 @@ from __future__ import annotations
 import random
 import signal
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.devbed import wait_until
 from testbed.bed import Testbed
-from tests.e2e.test_operator import TEST_POLICY, Hub, aijob, apply
+from tests.e2e.hubkit import Hub, aijob, apply, member_jobs_by_uid, phases, running_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 JOBS = 200
 
 
-def restart(hub: Hub) -> None:
-    hub.proc = start_operator(hub.kubeconfig, hub.log, interval_s=5, debounce_s=0.1)
-
-
 @pytest.fixture(scope="module")
 def crash_hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    bootstrap_testbed(testbed, policy_yaml=TEST_POLICY)
-    log = tmp_path_factory.mktemp("crash") / "operator.log"
-    proc = start_operator(testbed.kubeconfig("hub"), log, interval_s=5, debounce_s=0.1)
-    hub = Hub(testbed, proc, log)
-    try:
+    with running_hub(testbed, tmp_path_factory.mktemp("crash")) as hub:
         yield hub
-    finally:
-        stop_process(hub.proc)
-
-
-def phases(hub: Hub, namespace: str) -> Counter[str]:
-    items = hub.custom.list_namespaced_custom_object("cpn.io", "v1alpha1", namespace, "aijobs")
-    return Counter((i.get("status") or {}).get("phase", "") for i in items["items"])
-
-
-def member_jobs_by_uid(hub: Hub) -> Counter[str]:
-    """Member Jobs of cpn on every member, counted per origin AIJob UID."""
-    counts: Counter[str] = Counter()
-    for member in hub.tb.members:
-        with hub.tb.api_client(member) as api:
-            jobs = client.BatchV1Api(api).list_job_for_all_namespaces(
-                label_selector="cpn.io/aijob-uid"
-            )
-            counts.update(j.metadata.labels["cpn.io/aijob-uid"] for j in jobs.items)
-    return counts
 
 
 def test_sigkill_while_200_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) -> None:
@@ -76,7 +47,7 @@ def test_sigkill_while_200_aijobs_flow_loses_and_duplicates_nothing(crash_hub: H
         )
         hub.proc.send_signal(signal.SIGKILL)
         hub.proc.wait(timeout=10)
-        restart(hub)
+        hub.restart()
     wait_until(
         lambda: phases(hub, namespace)["Succeeded"] == JOBS,
         timeout_s=400,
@@ -88,7 +59,7 @@ def test_sigkill_while_200_aijobs_flow_loses_and_duplicates_nothing(crash_hub: H
             "cpn.io", "v1alpha1", namespace, "aijobs"
         )["items"]
     }
-    counts = member_jobs_by_uid(hub)
+    counts = member_jobs_by_uid(hub.tb)
     twice = {uid: n for uid, n in counts.items() if uid in uids and n > 1}
     assert twice == {}, f"AIJobs with more than one member Job: {twice}"
     assert uids <= set(counts), "every AIJob ran as a member Job"

@@ -1,0 +1,218 @@
+"""What every end-to-end test of the operator needs: the hub with ``cpn run`` attached,
+AIJob manifests, and waits on real objects. Fixtures in each test module stay thin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from cpn.adapters.kube import client_from_kubeconfig
+from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from testbed.bed import Testbed
+
+#: The default policy with quick retries, so failure tests finish in seconds.
+TEST_POLICY = """
+retry: {max_attempts: 2, backoff_s: 1}
+"""
+
+#: Operator settings every e2e test uses unless it says otherwise (CPN_* variables).
+FAST = {"interval_s": 5, "debounce_s": 0.1}
+
+
+class Hub:
+    """The hub with the operator running: helpers to apply and read AIJobs."""
+
+    def __init__(
+        self, tb: Testbed, log: Path, *, args: tuple[str, ...] = (), **settings: object
+    ) -> None:
+        self.tb = tb
+        self.log = log
+        self.args = args
+        self.settings = {**FAST, **settings}
+        self.kubeconfig = tb.kubeconfig("hub")
+        self.api = client_from_kubeconfig(self.kubeconfig.read_text())
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.proc = self.start()
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """Start one more operator process with this hub's settings (appending to the log)."""
+        return start_operator(self.kubeconfig, self.log, args=self.args, **self.settings)
+
+    def restart(self) -> None:
+        self.proc = self.start()
+
+    def kubectl(
+        self, *args: str, input_: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.tb.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input_,
+            text=True,
+            capture_output=True,
+            check=check,
+        )
+
+    def aijob(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(
+            "cpn.io", "v1alpha1", namespace, "aijobs", name
+        )
+
+    def aijobs(self, namespace: str) -> list[dict[str, Any]]:
+        found = self.custom.list_namespaced_custom_object("cpn.io", "v1alpha1", namespace, "aijobs")
+        items: list[dict[str, Any]] = found["items"]
+        return items
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.aijob(namespace, name).get("status") or {}
+
+    def member_jobs(self, cluster: str, uid: str) -> list[Any]:
+        with self.tb.api_client(cluster) as api:
+            jobs = client.BatchV1Api(api).list_job_for_all_namespaces(
+                label_selector=f"cpn.io/aijob-uid={uid}"
+            )
+            return list(jobs.items)
+
+
+@contextmanager
+def running_hub(
+    tb: Testbed,
+    folder: Path,
+    *,
+    policy: str = TEST_POLICY,
+    args: tuple[str, ...] = (),
+    **settings: object,
+) -> Iterator[Hub]:
+    """Bootstrap the bed with ``policy``, run the operator, stop it (and print its log) after.
+    The decision log is on by default, so a failed test can be replayed and explained."""
+    bootstrap_testbed(tb, policy_yaml=policy)
+    settings.setdefault("decision_log", folder / "decisions.jsonl")
+    hub = Hub(tb, folder / "operator.log", args=args, **settings)
+    try:
+        yield hub
+    finally:
+        stop_process(hub.proc)
+        print(hub.log.read_text()[-5000:])
+        print(f"decision log: {settings['decision_log']}")
+
+
+@contextmanager
+def new_namespace(hub: Hub, prefix: str, **labels: str) -> Iterator[str]:
+    """A fresh namespace; its AIJobs are deleted (while the operator runs) when done."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = {f"cpn.io/{k}": v for k, v in labels.items()}
+    hub.core.create_namespace({"metadata": meta})
+    try:
+        yield name
+    finally:
+        # While the operator runs, so its finalizer lets the AIJobs go.
+        hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
+        hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def aijob(
+    name: str,
+    *,
+    gpus: int = 1,
+    model: str = "resnet50",
+    workers: int = 1,
+    durations: dict[str, str] | None = None,
+    gpu_types: list[str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """An AIJob manifest whose simulated runtime on the test bed depends on the GPU type."""
+    durations = durations or {"A100-80GB": "6s", "V100-32GB": "15s"}
+    notes = {
+        "cpn.io/per-gpu-type": json.dumps({"testbed.cpn.io/duration": durations}),
+        **(annotations or {}),
+    }
+    resources: dict[str, Any] = {"gpus": gpus, "cpu": "2", "memory": "8Gi"}
+    if gpu_types:
+        resources["gpuTypes"] = gpu_types
+    return {
+        "apiVersion": "cpn.io/v1alpha1",
+        "kind": "AIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workers": workers,
+            "resources": resources,
+            "model": {"name": model, "batchSize": 64, "datasetSamples": 50000, "epochs": 1},
+            "template": {
+                "metadata": {"annotations": notes},
+                "spec": {"containers": [{"name": "train", "image": "trainer:1"}]},
+            },
+            **spec,
+        },
+    }
+
+
+def apply(hub: Hub, namespace: str, *docs: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return hub.kubectl(
+        "apply", "-n", namespace, "-f", "-", input_=yaml.safe_dump_all(docs), check=False
+    )
+
+
+def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
+    """Reasons of the Events posted about an object."""
+    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return [e.reason for e in events.items]
+
+
+def wait_status(
+    hub: Hub, namespace: str, name: str, *, timeout_s: float = 60, **want: Any
+) -> dict[str, Any]:
+    """Wait until the AIJob's status has every ``want`` field; the error shows the last status."""
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        nonlocal last
+        last = hub.status(namespace, name)
+        return last if all(last.get(k) == v for k, v in want.items()) else None
+
+    try:
+        found: dict[str, Any] = wait_until(check, timeout_s=timeout_s, what=f"{name} {want}")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; last status: {json.dumps(last, indent=1)}") from None
+    return found
+
+
+def phases(hub: Hub, namespace: str) -> Counter[str]:
+    """How many of a namespace's AIJobs are in each phase."""
+    return Counter((i.get("status") or {}).get("phase", "") for i in hub.aijobs(namespace))
+
+
+def member_jobs_by_uid(tb: Testbed) -> Counter[str]:
+    """Member Jobs of cpn on every member, counted per origin AIJob UID."""
+    counts: Counter[str] = Counter()
+    for member in tb.members:
+        with tb.api_client(member) as api:
+            jobs = client.BatchV1Api(api).list_job_for_all_namespaces(
+                label_selector="cpn.io/aijob-uid"
+            )
+            counts.update(j.metadata.labels["cpn.io/aijob-uid"] for j in jobs.items)
+    return counts
+
+
+def printed_table(text: str) -> list[dict[str, str]]:
+    """kubectl's table as dicts, cut at the header's column starts (cells may be empty)."""
+    lines = text.splitlines()
+    header = lines[0]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    names = header.split()
+    rows = []
+    for line in lines[1:]:
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        rows.append(dict(zip(names, cells, strict=True)))
+    return [dict.fromkeys(names, ""), *rows] if rows else [dict.fromkeys(names, "")]
