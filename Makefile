@@ -28,10 +28,10 @@ test: lint ## every test, the end-to-end ones on the test bed included (CI runs 
 test-fast: ## unit tests only, no test bed
 	$(PYTEST) tests -m 'not e2e'
 
-sim: ## simulate TRACE on CLUSTERS with POLICY (comma-separated)
-	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY)
+sim: ## simulate TRACE on CLUSTERS with POLICY (comma-separated); report in out/sim/report.md
+	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY) --report out/sim
 
-sim-philly: ## the README's table: fifo, oracle and default on Gavel's five Philly traces (~20 min)
+sim-philly: ## the README's table: fifo, oracle and default on Gavel's five Philly traces (~20 min); reports in out/philly/<trace>/report.md
 	$(PY) -m cpn simulate philly --out out/philly --json
 
 bench: ## benchmarks; each prints JSON

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cpn.core.cycle import plan_cycle
 from cpn.core.eta import project
 from cpn.core.presets import preset_policy
 from tests.builders import cluster, job, nodes, running, snapshot
@@ -46,3 +47,26 @@ def test_infeasible_and_suspended_jobs_get_no_eta():
     c = cluster("m", nodes("m", 1, gpus=8))
     out = project(snapshot(jobs=[job("huge", gpus=16), job("s", suspended=True)], clusters=[c]))
     assert out == {}
+
+
+def test_until_stops_once_the_wanted_jobs_are_placed():
+    """With ``until``, the wanted job's projection is unchanged and fewer cycles run."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+    r = running(job("r", gpus=8), "m", A100, ("m-0",), start_s=0, end_s=100)
+    jobs = [job(k, gpus=8, runtime_s=50, submitted_s=i + 1) for i, k in enumerate("abcd")]
+    snap = snapshot(
+        jobs=jobs, clusters=[c], running_jobs=[r], now_s=10, policy=preset_policy("fifo")
+    )
+    calls: list[float] = []
+
+    def counted(s):
+        calls.append(s.now_s)
+        return plan_cycle(s)
+
+    full = project(snap, plan=counted)
+    whole = len(calls)
+    calls.clear()
+    part = project(snap, plan=counted, until={"b", "gone"})
+    assert part["b"] == full["b"] and (full["b"].start_s, full["b"].end_s) == (150, 200)
+    assert "d" in full and "d" not in part
+    assert len(calls) < whole

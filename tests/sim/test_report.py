@@ -103,13 +103,14 @@ def test_job_csv_has_a_row_per_job(result, tmp_path):
 
 
 def test_plots_are_written(result, tmp_path):
-    """The four PNG plots are written for a set of runs."""
+    """The five PNG plots are written for a set of runs."""
     paths = report.plot({"x": result, "y": result}, tmp_path)
     assert sorted(p.name for p in paths) == [
         "jct_cdf.png",
         "queue_length.png",
         "utilization.png",
         "wait_by_size.png",
+        "wait_cdf.png",
     ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,7 @@ cycles) and preemption is left out (a projection must not stop anything).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 from cpn.core.capacity import worker_gpus
@@ -70,8 +70,14 @@ def project(
     *,
     max_cycles: int = MAX_CYCLES,
     plan: Callable[[Snapshot], CyclePlan] | None = None,
+    until: Collection[str] | None = None,
 ) -> dict[str, Projection]:
-    """Start and end of each pending job if predictions hold; jobs not reached are absent."""
+    """Start and end of each pending job if predictions hold; jobs not reached are absent.
+
+    With ``until`` (job keys) the projection stops as soon as every one of them
+    that is pending has its start: their projections are the same as without it,
+    other jobs may be absent (the simulator's first ETAs need only new jobs).
+    """
     from cpn.core.cycle import plan_cycle  # local: cycle imports this module's users
 
     run = plan or plan_cycle
@@ -92,8 +98,9 @@ def project(
     delta: Delta = {}
     state = replace(snapshot, policy=policy)
     out: dict[str, Projection] = {}
+    wanted = None if until is None else {k for k in until if k in pending}
     for _ in range(max_cycles):
-        if not pending:
+        if not pending or (wanted is not None and wanted.issubset(out)):
             break
         current = _free_nodes(
             replace(state, now_s=now, pending=tuple(pending.values()), running=tuple(running)),

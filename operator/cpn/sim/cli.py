@@ -4,7 +4,8 @@
 
     cpn simulate --trace T.csv --clusters C.yaml --policy NAME[,NAME...]|FILE.yaml
                  [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
-                 [--tick-s S] [--out DIR] [--json]
+                 [--tick-s S] [--out DIR] [--report DIR] [--json]
+                 [--eta [--eta-max-cycles N] [--eta-every N]]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
@@ -14,7 +15,11 @@
 
 With ``--json`` the main form prints exactly one JSON object: one policy -> its
 metrics; several -> ``{policy: metrics}``. With ``--out`` it also writes
-``metrics.json``, ``jobs-<policy>.csv`` and the PNG plots there.
+``metrics.json``, ``jobs-<policy>.csv`` and the PNG plots there. ``--report DIR``
+writes the same plus ``report.md`` (what ran, the table, the plots, the command).
+``--eta`` records every job's first ETA (the operator's projection, costly: one
+projection per arrival instant) and adds its accuracy (``eta`` in each policy's
+metrics, a table and a histogram in the report).
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,6 +61,24 @@ def _main_parser() -> argparse.ArgumentParser:
         help="cycle interval for preemptive policies (default 300 when preemption is on)",
     )
     p.add_argument("--out", help="directory for metrics.json, per-job CSVs and plots")
+    p.add_argument("--report", help="directory for report.md with the table and plots")
+    p.add_argument(
+        "--eta",
+        action="store_true",
+        help="record each job's first ETA and report its accuracy (slow on long queues)",
+    )
+    p.add_argument(
+        "--eta-max-cycles",
+        type=int,
+        default=None,
+        help="future cycles one ETA projection may replay (default 400)",
+    )
+    p.add_argument(
+        "--eta-every",
+        type=int,
+        default=1,
+        help="project only every N-th job (a sample; N times cheaper on long queues)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -73,7 +97,7 @@ def _simulate(argv: Sequence[str]) -> int:
     args = _main_parser().parse_args(list(argv))
     from cpn.sim import report
     from cpn.sim.clusters import read_clusters
-    from cpn.sim.runner import resolve_policy, simulate
+    from cpn.sim.runner import DEFAULT_ETA_MAX_CYCLES, resolve_policy, simulate
     from cpn.sim.trace import read_trace
     from cpn.sim.world import SimResult
 
@@ -86,6 +110,10 @@ def _simulate(argv: Sequence[str]) -> int:
         policies = [resolve_policy(s) for s in specs]
     except (CpnError, KeyError, OSError) as exc:
         print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
+        return 2
+    max_cycles = args.eta_max_cycles or DEFAULT_ETA_MAX_CYCLES
+    if max_cycles < 1 or args.eta_every < 1:
+        print("cpn simulate: --eta-max-cycles and --eta-every must be at least 1", file=sys.stderr)
         return 2
     show = not args.json and not args.no_progress and sys.stderr.isatty() and len(trace) >= 200
     results: dict[str, SimResult] = {}
@@ -102,6 +130,9 @@ def _simulate(argv: Sequence[str]) -> int:
                 seed=args.seed,
                 tick_s=args.tick_s,
                 progress=update,
+                eta=args.eta,
+                eta_max_cycles=max_cycles,
+                eta_every=args.eta_every,
             )
         except CpnError as exc:
             print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)
@@ -110,21 +141,53 @@ def _simulate(argv: Sequence[str]) -> int:
             if bar is not None:
                 bar.close()
     rows = {name: report.metrics(result) for name, result in results.items()}
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, result in results.items():
-            report.write_jobs_csv(result, out / f"jobs-{name}.csv")
-        (out / "metrics.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        report.plot(results, out)
+    etas: dict[str, dict[str, Any]] = {}
+    if args.eta:
+        from cpn.sim import eta_accuracy
+
+        etas = {name: eta_accuracy.summary(result) for name, result in results.items()}
+        for name, summary in etas.items():
+            rows[name]["eta"] = summary
+    for target in dict.fromkeys(d for d in (args.out, args.report) if d):
+        _write_out(Path(target), results, rows)
+    if args.report:
+        path = report.write_markdown(
+            args.report,
+            rows,
+            command=shlex.join(["cpn", "simulate", *argv]),
+            trace=args.trace,
+            clusters=args.clusters,
+            policies={name: report.describe_policy(policy) for name, policy in policies},
+            eta=etas or None,
+        )
     if args.json:
         payload = next(iter(rows.values())) if len(rows) == 1 else rows
         print(json.dumps(payload, sort_keys=False))
     else:
         print(report.table(rows))
+        if etas:
+            print("\nfirst ETA vs actual start (jobs that waited > 10 min):")
+            print(report.eta_markdown_table(etas))
         if args.out:
             print(f"\nwrote metrics.json, jobs-*.csv and plots to {args.out}")
+        if args.report:
+            print(f"wrote {path}")
     return 0
+
+
+def _write_out(out: Path, results: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
+    """metrics.json, a jobs CSV per policy and the plots (the ETA histogram with --eta)."""
+    from cpn.sim import report
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, result in results.items():
+        report.write_jobs_csv(result, out / f"jobs-{name}.csv")
+    (out / "metrics.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    report.plot(results, out)
+    if any(r.eta_max_cycles for r in results.values()):
+        from cpn.sim import eta_accuracy
+
+        eta_accuracy.plot_errors(results, out / "eta_error.png")
 
 
 def _message(exc: BaseException) -> str:

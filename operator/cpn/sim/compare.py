@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,6 +105,15 @@ def main(argv: Sequence[str]) -> int:
             for name, result in runs.items():
                 report.write_jobs_csv(result, out / f"jobs-{name}.csv")
             report.plot(runs, out)
+            report.write_markdown(
+                out,
+                rows,
+                command=shlex.join(["cpn", "simulate", "philly", *argv]),
+                trace=str(DATA / "philly" / f"{vc}.csv"),
+                clusters=str(DATA / "gavel-cluster.yaml"),
+                policies={n: report.describe_policy(preset_policy(n)) for n in policies},
+                title=f"cpn simulation report: Philly trace {vc}",
+            )
     ok = all(
         r["verdict"]["recovered_ok"]
         and r["verdict"]["max_wait_ok"]

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cpn.core.policy import QueuePolicy
 from cpn.sim.world import JobRecord, SimResult
 
 METRIC_KEYS = (
@@ -109,6 +110,8 @@ JOB_COLUMNS = (
     "gpu_type",
     "runtime_s",
     "estimate_s",
+    "eta_start_s",
+    "eta_end_s",
 )
 
 
@@ -143,6 +146,8 @@ def job_row(record: JobRecord) -> dict[str, str]:
         "gpu_type": record.gpu_type,
         "runtime_s": record.runtime_s if record.finish_s is not None else None,
         "estimate_s": record.estimate_s,
+        "eta_start_s": record.eta_start_s,
+        "eta_end_s": record.eta_end_s,
     }
     return {k: _cell(v) for k, v in values.items()}
 
@@ -196,11 +201,11 @@ def _downsample(
 
 
 def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path]:
-    """Write the four PNG plots for ``results`` (policy -> run) into ``out_dir``.
+    """Write the five PNG plots for ``results`` (policy -> run) into ``out_dir``.
 
-    ``jct_cdf.png`` (JCT CDF per policy), ``wait_by_size.png`` (average wait by
-    job size), ``utilization.png`` (busy GPU share over time) and
-    ``queue_length.png`` (pending jobs over time).
+    ``jct_cdf.png`` (JCT CDF per policy), ``wait_cdf.png`` (waiting-time CDF),
+    ``wait_by_size.png`` (average wait by job size), ``utilization.png`` (busy
+    GPU share over time) and ``queue_length.png`` (pending jobs over time).
     """
     import matplotlib
 
@@ -225,6 +230,20 @@ def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path]:
     ax.grid(True, alpha=0.3)
     ax.legend()
     paths.append(_save(fig, out / "jct_cdf.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, result in results.items():
+        waited = sorted(r.wait_s / hours for r in result.records if r.wait_s is not None)
+        if waited:
+            ys = [(i + 1) / len(waited) for i in range(len(waited))]
+            ax.step(waited, ys, where="post", label=name)
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlabel("waiting time (h, log scale above 0.1 h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("Waiting-time CDF per policy")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(_save(fig, out / "wait_cdf.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = [label for label, _, _ in SIZE_BUCKETS]
@@ -279,27 +298,29 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
-    """A readable, aligned table of ``policy -> metrics`` (hours for times)."""
-    columns = (
-        ("policy", None),
-        ("jobs", "jobs"),
-        ("finished", "finished"),
-        ("avg JCT h", "avg_jct_s"),
-        ("p50 JCT h", "p50_jct_s"),
-        ("p99 JCT h", "p99_jct_s"),
-        ("avg wait h", "avg_wait_s"),
-        ("p99 wait h", "p99_wait_s"),
-        ("max wait h", "max_wait_s"),
-        ("makespan h", "makespan_s"),
-        ("GPU util", "gpu_utilization"),
-        ("infeasible", "infeasible"),
-        ("wall s", "wall_s"),
-    )
-    cells: list[list[str]] = [[title for title, _ in columns]]
+_COLUMNS = (
+    ("policy", None),
+    ("jobs", "jobs"),
+    ("finished", "finished"),
+    ("avg JCT h", "avg_jct_s"),
+    ("p50 JCT h", "p50_jct_s"),
+    ("p99 JCT h", "p99_jct_s"),
+    ("avg wait h", "avg_wait_s"),
+    ("p99 wait h", "p99_wait_s"),
+    ("max wait h", "max_wait_s"),
+    ("makespan h", "makespan_s"),
+    ("GPU util", "gpu_utilization"),
+    ("infeasible", "infeasible"),
+    ("wall s", "wall_s"),
+)
+
+
+def _cells(rows: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Header row, then one row per policy: times in hours."""
+    cells: list[list[str]] = [[title for title, _ in _COLUMNS]]
     for name, m in rows.items():
         line = [name]
-        for _, key in columns[1:]:
+        for _, key in _COLUMNS[1:]:
             assert key is not None
             value = m.get(key, "")
             if key.endswith("_s") and key != "wall_s" and isinstance(value, int | float):
@@ -309,6 +330,13 @@ def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
             else:
                 line.append(str(value))
         cells.append(line)
+    return cells
+
+
+def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """A readable, aligned table of ``policy -> metrics`` (hours for times)."""
+    cells = _cells(rows)
+    columns = _COLUMNS
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = []
     for k, row in enumerate(cells):
@@ -321,3 +349,134 @@ def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def markdown_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """The same table as :func:`table`, as Markdown."""
+    cells = _cells(rows)
+    lines = ["| " + " | ".join(cells[0]) + " |", "|" + " --- |" * len(cells[0])]
+    lines += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n".join(lines)
+
+
+#: Plots embedded in the report, in order: (file, caption).
+REPORT_PLOTS = (
+    ("jct_cdf.png", "Job completion time CDF"),
+    ("wait_cdf.png", "Waiting-time CDF"),
+    ("wait_by_size.png", "Average wait by job size"),
+    ("utilization.png", "GPU utilisation over time"),
+    ("queue_length.png", "Queue length over time"),
+    ("eta_error.png", "First-ETA error (ETA start - actual start, share of the wait)"),
+)
+
+_ETA_COLUMNS = (
+    ("policy", None),
+    ("waited > 10 min", "waited"),
+    ("no ETA", "no_eta"),
+    ("median err / wait", "median_rel_error"),
+    ("p90 err / wait", "p90_rel_error"),
+    ("median err h", "median_abs_error_h"),
+    ("p90 err h", "p90_abs_error_h"),
+    ("exact", "exact_share"),
+    ("early", "early_share"),
+    ("late", "late_share"),
+    ("overtaken", "overtaken_share"),
+    ("median err / wait, overtaken", "median_rel_error_overtaken"),
+    ("median err / wait, not overtaken", "median_rel_error_not_overtaken"),
+    ("projections", "calls"),
+    ("ms / projection", "ms_per_call"),
+)
+
+
+def eta_markdown_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown table of ``policy -> eta_accuracy.summary``."""
+    head = [title for title, _ in _ETA_COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, m in rows.items():
+        cells = [name]
+        for _, key in _ETA_COLUMNS[1:]:
+            assert key is not None
+            value = m.get(key)
+            if value is None:
+                cells.append("n/a")
+            elif key.endswith("_share"):
+                cells.append(f"{value:.0%}")
+            elif isinstance(value, float):
+                cells.append(f"{value:.2f}" if "rel" in key else f"{value:.1f}")
+            else:
+                cells.append(str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_markdown(
+    out_dir: str | Path,
+    rows: Mapping[str, Mapping[str, Any]],
+    *,
+    command: str,
+    trace: str,
+    clusters: str,
+    policies: Mapping[str, str],
+    eta: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str = "cpn simulation report",
+) -> Path:
+    """Write ``report.md`` into ``out_dir``: what ran, the table, the plots found there.
+
+    ``policies`` maps each policy to a one-line description; ``eta`` is
+    ``policy -> eta_accuracy.summary`` of runs made with ETAs. Only plots that
+    exist in ``out_dir`` are embedded (``plot`` and ``eta_accuracy.plot_errors``
+    write them).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# {title}",
+        "",
+        "Reproduce:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"- trace: `{trace}`",
+        f"- clusters: `{clusters}`",
+    ]
+    estimators = {str(m.get("estimator", "")) for m in rows.values()} - {""}
+    if estimators:
+        lines.append(f"- estimator(s): {', '.join(sorted(estimators))}")
+    lines.append("- policies:")
+    lines += [f"  - `{name}`: {text}" for name, text in policies.items()]
+    lines += ["", "## Policy comparison", "", markdown_table(rows), ""]
+    lines += [
+        "JCT = finish - submit; wait = JCT minus the time holding GPUs; times in hours; "
+        "GPU util = GPU-hours held / (GPUs x makespan).",
+        "",
+    ]
+    if eta:
+        lines += ["## ETA accuracy (first ETA vs actual start)", "", eta_markdown_table(eta), ""]
+        lines += [
+            "Each job's first ETA is the projection (cpn.core.eta.project, the operator's) made "
+            "right after it arrived, with the run's estimator. Errors are over jobs that waited "
+            "more than ten minutes; 'no ETA' jobs were beyond the projection's cycle bound. "
+            "'overtaken': a job submitted later started first. Aim (issue 6): median "
+            "err / wait under 0.25.",
+            "",
+        ]
+    plots = [(name, caption) for name, caption in REPORT_PLOTS if (out / name).is_file()]
+    if plots:
+        lines += ["## Plots", ""]
+        for name, caption in plots:
+            lines += [f"### {caption}", "", f"![{caption}]({name})", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def describe_policy(policy: QueuePolicy) -> str:
+    """One line on a :class:`~cpn.core.policy.QueuePolicy`: ordering, placement, extras."""
+    parts = [f"ordering {policy.ordering}", f"placement {policy.placement.method}"]
+    parts.append("reservations on" if policy.reservation.enabled else "no reservations")
+    parts.append("preemptive" if policy.preemption.enabled else "no preemption")
+    if policy.version:
+        parts.append(f"version {policy.version}")
+    return ", ".join(parts)

@@ -14,6 +14,9 @@ from cpn.sim.world import PlanFn, SimResult, World, truth_for
 #: Cycle interval used for preemptive policies when none is given (seconds).
 DEFAULT_TICK_S = 300.0
 
+#: Future cycles one first-ETA projection may replay (``--eta``).
+DEFAULT_ETA_MAX_CYCLES = 400
+
 
 def resolve_policy(spec: str) -> tuple[str, QueuePolicy]:
     """A preset name (``fifo``, ``sjf``, ``oracle``, ``las``, ``gavel``, ``default``) or a
@@ -46,11 +49,17 @@ def simulate(
     tick_s: float | None = None,
     plan: PlanFn | None = None,
     progress: Callable[[int], None] | None = None,
+    eta: bool = False,
+    eta_max_cycles: int = DEFAULT_ETA_MAX_CYCLES,
+    eta_every: int = 1,
 ) -> SimResult:
     """Simulate ``trace`` on ``clusters`` under ``policy`` with the named estimator.
 
     The ``oracle`` policy always gets the oracle estimator. Preemptive policies
-    get a cycle every ``tick_s`` (default :data:`DEFAULT_TICK_S`).
+    get a cycle every ``tick_s`` (default :data:`DEFAULT_TICK_S`). With ``eta``
+    each job's first ETA is recorded (see :class:`~cpn.sim.world.World`; costly:
+    one projection of up to ``eta_max_cycles`` cycles per arrival instant; with
+    ``eta_every`` = k only every k-th admitted job is projected).
     """
     name = name or policy.name
     truth = truth_for(trace, clusters.reference_gpu)
@@ -73,5 +82,8 @@ def simulate(
         progress=progress,
         policy_name=name,
         estimator_name=label,
+        eta=eta,
+        eta_max_cycles=eta_max_cycles,
+        eta_every=eta_every,
     )
     return world.run()

@@ -18,12 +18,13 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
+from cpn.core.eta import Projection
 from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.sim.clusters import ClusterSet
@@ -31,6 +32,7 @@ from cpn.sim.speed import TrueRuntime
 from cpn.sim.trace import TraceJob
 
 PlanFn = Callable[[Snapshot], CyclePlan]
+ProjectFn = Callable[[Snapshot, int, PlanFn, Collection[str]], Mapping[str, Projection]]
 TransferFn = Callable[[Job, str, Snapshot], float | None]
 
 _EPS = 1e-9
@@ -64,6 +66,10 @@ class JobRecord:
     gpu_type: str = ""
     runtime_s: float = 0.0  # true runtime on the GPU type it finished on
     estimate_s: float | None = None  # predicted runtime on that GPU type at its last start
+    # First ETA (``World(eta=True)``): the projection made right after the job arrived.
+    eta_at_s: float | None = None  # when it was projected (None: never projected)
+    eta_start_s: float | None = None  # projected start (None: not reached within the bound)
+    eta_end_s: float | None = None  # projected end
 
     @property
     def jct_s(self) -> float | None:
@@ -93,6 +99,9 @@ class SimResult:
     plan_wall_s: float
     preemptions: int
     skipped_cycles: int = 0  # cycles skipped because no start was possible
+    eta_calls: int = 0  # projections made (``World(eta=True)``)
+    eta_wall_s: float = 0.0  # time spent in them
+    eta_max_cycles: int = 0  # the bound each projection ran under (0: ETAs off)
 
 
 @dataclass(slots=True)
@@ -162,6 +171,14 @@ def _default_plan() -> PlanFn:
     return plan_cycle
 
 
+def _default_project(
+    snapshot: Snapshot, max_cycles: int, plan: PlanFn, until: Collection[str]
+) -> dict[str, Projection]:
+    from cpn.core.eta import project
+
+    return project(snapshot, max_cycles=max_cycles, plan=plan, until=until)
+
+
 def _default_transfer() -> TransferFn:
     from cpn.core.transfer import transfer_s
 
@@ -183,6 +200,16 @@ class World:
     room for one worker of any pending job and the policy cannot preempt: every
     valid plan would then start nothing, so the outcome is the same and overloaded
     traces run much faster. Only the hold statistics differ.
+
+    With ``eta`` the world records each job's first ETA the way the operator
+    computes it: at every instant where jobs arrived, after that instant's cycle,
+    :func:`cpn.core.eta.project` (``project``, bounded by ``eta_max_cycles``
+    future cycles and replaying ``plan``) runs on the snapshot and each job
+    still pending and never projected gets its ``eta_*`` fields. Projections use
+    the run's estimator (what the scheduler believes), never the truth. They stop
+    once the new jobs are placed (the same ETAs for them, less work); with
+    ``eta_every`` = k only every k-th admitted job is projected (a sample, k
+    times cheaper on long queues).
     """
 
     def __init__(
@@ -201,6 +228,10 @@ class World:
         policy_name: str | None = None,
         estimator_name: str = "",
         skip_full_cycles: bool = True,
+        eta: bool = False,
+        eta_max_cycles: int = 400,
+        eta_every: int = 1,
+        project: ProjectFn | None = None,
     ) -> None:
         if tick_s is not None and tick_s <= 0:
             raise ValueError("tick_s must be positive")
@@ -250,6 +281,16 @@ class World:
         self._plan_wall_s = 0.0
         self._preemptions = 0
         self.now_s = 0.0
+        if eta and (eta_max_cycles < 1 or eta_every < 1):
+            raise ValueError("eta_max_cycles and eta_every must be at least 1")
+        self.eta = eta
+        self.eta_max_cycles = eta_max_cycles
+        self.eta_every = eta_every
+        self._admitted = 0
+        self.project = project or _default_project
+        self._unprojected: list[str] = []  # arrived jobs awaiting their first ETA
+        self._eta_calls = 0
+        self._eta_wall_s = 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -339,6 +380,8 @@ class World:
                 self.progress(finished)
             if self._pending and self._may_start():
                 self._cycle()
+            if self._unprojected:
+                self._first_etas()
             self._record_sample()
             if self.tick_s is not None and not self._tick_armed and self._pending and self._running:
                 self._tick_armed = True
@@ -357,6 +400,9 @@ class World:
             plan_wall_s=self._plan_wall_s,
             preemptions=self._preemptions,
             skipped_cycles=self._skipped,
+            eta_calls=self._eta_calls,
+            eta_wall_s=self._eta_wall_s,
+            eta_max_cycles=self.eta_max_cycles if self.eta else 0,
         )
 
     def _record_sample(self) -> None:
@@ -382,6 +428,10 @@ class World:
         job = replace(job, estimate=self.estimator.estimate(job, self.gpu_types))
         self._states[job.key] = _State(job=job, record=record)
         self._enqueue(job)
+        if self.eta:
+            self._admitted += 1
+            if (self._admitted - 1) % self.eta_every == 0:
+                self._unprojected.append(job.key)
 
     def _enqueue(self, job: Job) -> None:
         self._pending[job.key] = job
@@ -432,6 +482,25 @@ class World:
         self._plan_wall_s += time.perf_counter() - started
         self._cycles += 1
         self.apply(plan, snapshot)
+
+    def _first_etas(self) -> None:
+        """Project the queue (after this instant's cycle) for jobs that just arrived."""
+        waiting = [k for k in self._unprojected if k in self._pending]
+        self._unprojected.clear()
+        if not waiting:
+            return  # every new job started in its arrival cycle: nothing to tell anyone
+        snapshot = self.snapshot()
+        started = time.perf_counter()
+        projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
+        self._eta_wall_s += time.perf_counter() - started
+        self._eta_calls += 1
+        for key in waiting:
+            record = self._states[key].record
+            record.eta_at_s = self.now_s
+            found = projection.get(key)
+            if found is not None:
+                record.eta_start_s = found.start_s
+                record.eta_end_s = found.end_s
 
     def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
         """Carry out ``plan`` (made from ``snapshot``) strictly; InvalidPlan on any violation."""

@@ -1,0 +1,195 @@
+"""First ETAs recorded by the simulator, their accuracy, and the Markdown report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+import pytest
+from simkit import DATA, clusters, tjob
+
+from cpn.core.eta import Projection, project
+from cpn.core.model import Snapshot
+from cpn.core.presets import preset_policy
+from cpn.sim import eta_accuracy
+from cpn.sim.cli import main
+from cpn.sim.estimators import NoisyEstimator, OracleEstimator
+from cpn.sim.world import JobRecord, PlanFn, SimResult, World, truth_for
+
+# One 4-GPU V100 node: jobs of 1-4 GPUs queue behind one another; durations vary.
+TRACE = [
+    tjob("a", 0, gpus=4, duration_s=3000),
+    tjob("b", 10, gpus=2, duration_s=5000),
+    tjob("c", 20, gpus=3, duration_s=1200),
+    tjob("d", 30, gpus=1, duration_s=4000),
+    tjob("e", 2000, gpus=2, duration_s=700),
+    tjob("f", 2500, gpus=4, duration_s=900),
+    tjob("g", 9000, gpus=1, duration_s=300),
+    tjob("h", 9100, gpus=2, duration_s=2000),
+]
+
+
+def run(policy: str, trace=TRACE, *, noisy: float | None = None, **kw) -> SimResult:
+    cl = clusters({"a": [(1, "V100", 4)]})
+    truth = truth_for(trace, cl.reference_gpu)
+    estimator = (
+        OracleEstimator(truth) if noisy is None else NoisyEstimator(truth, sigma=noisy, seed=3)
+    )
+    world = World(trace, cl, preset_policy(policy), estimator, truth=truth, eta=True, **kw)
+    return world.run()
+
+
+def test_first_eta_is_what_project_returns_on_that_snapshot():
+    """Each recorded first ETA equals project() on the snapshot of the job's arrival instant."""
+    seen: list[tuple[Snapshot, dict[str, Projection]]] = []
+
+    def spy(
+        snapshot: Snapshot, max_cycles: int, plan: PlanFn, until: Collection[str]
+    ) -> dict[str, Projection]:
+        out = project(snapshot, max_cycles=max_cycles, plan=plan, until=until)
+        seen.append((snapshot, out))
+        return out
+
+    result = run("default", noisy=0.6, project=spy, eta_max_cycles=50)
+    records = {r.job_id: r for r in result.records}
+    first: dict[str, tuple[Snapshot, dict[str, Projection]]] = {}
+    for snapshot, out in seen:
+        for job in snapshot.pending:
+            first.setdefault(job.key, (snapshot, out))
+    assert result.eta_calls == len(seen) > 0
+    assert set(first) == {k for k, r in records.items() if r.eta_at_s is not None}
+    for key, (snapshot, _) in first.items():
+        again = project(snapshot, max_cycles=50)[key]
+        record = records[key]
+        assert record.eta_at_s == snapshot.now_s == record.submit_s
+        assert (record.eta_start_s, record.eta_end_s) == (again.start_s, again.end_s)
+
+
+def test_jobs_that_start_on_arrival_get_no_eta():
+    """A job that starts in its arrival cycle never waits, so it is never projected."""
+    result = run("fifo")
+    a = next(r for r in result.records if r.job_id == "a")
+    assert a.first_start_s == 0 and a.eta_at_s is None and a.eta_start_s is None
+
+
+def test_fifo_with_the_oracle_has_exact_etas():
+    """Strict FIFO and true runtimes: every first ETA (start and end) is exactly right."""
+    result = run("fifo")
+    errors, no_eta = eta_accuracy.job_errors(result)
+    assert no_eta == 0 and len(errors) >= 5
+    assert any(e.wait_s > 600 for e in errors)
+    for e in errors:
+        assert e.eta_start_s == e.start_s and e.eta_end_s == e.finish_s
+    s = eta_accuracy.summary(result)
+    assert s["median_rel_error"] == s["p90_rel_error"] == 0.0 and s["exact_share"] == 1.0
+    assert s["aim_met"] is True and s["calls"] == result.eta_calls > 0
+
+
+def test_noisy_estimates_make_etas_wrong():
+    """With runtimes mispredicted, some ETAs miss: the check above can fail."""
+    s = eta_accuracy.summary(run("fifo", noisy=0.8))
+    assert s["median_rel_error"] is not None and s["p90_rel_error"] > 0
+
+
+def test_later_short_jobs_overtake_under_sjf():
+    """Under SJF a short job submitted later starts before a long waiting one: counted as
+    overtaking, and that job's ETA was too early (it started late)."""
+    trace = [
+        tjob("run", 0, gpus=4, duration_s=1000),
+        tjob("long", 10, gpus=4, duration_s=5000),
+        tjob("short", 300, gpus=4, duration_s=100),
+    ]
+    result = run("sjf", trace)
+    errors = {e.job_id: e for e in eta_accuracy.job_errors(result)[0]}
+    assert errors["long"].eta_start_s == 1000 and errors["long"].start_s == 1100
+    assert errors["long"].overtaken == 1 and errors["short"].overtaken == 0
+    s = eta_accuracy.summary(result)
+    assert s["overtaken_share"] == 0.5 and s["late_share"] == 0.5
+
+
+def test_every_other_job_is_sampled():
+    """With eta_every=2 only the 2nd, 4th, ... admitted jobs are candidates for an ETA, and
+    the sampled ones get the same ETA as in a full run."""
+    full = {r.job_id: r for r in run("fifo").records}
+    half = {r.job_id: r for r in run("fifo", eta_every=2).records}
+    sampled = {k for k, r in half.items() if r.eta_at_s is not None}
+    assert sampled and sampled <= {"c", "e", "g"}
+    for key in sampled:
+        assert half[key].eta_start_s == full[key].eta_start_s
+    assert half["b"].eta_at_s is None and full["b"].eta_at_s is not None
+
+
+def test_bound_too_small_leaves_jobs_without_eta():
+    """Jobs beyond the projection's cycle bound get no ETA and are counted as such."""
+    result = run("fifo", eta_max_cycles=1)
+    s = eta_accuracy.summary(result)
+    assert s["no_eta"] > 0 and s["max_cycles"] == 1
+    assert (
+        s["no_eta"] + len([e for e in eta_accuracy.job_errors(result)[0] if e.wait_s > 600])
+        == (s["waited"])
+    )
+
+
+def test_summary_figures_on_hand_made_records():
+    """Relative and absolute errors, early/late shares and the ten-minute bar."""
+
+    def rec(job_id, submit, start, eta):
+        return JobRecord(
+            job_id=job_id,
+            submit_s=submit,
+            gpus=1,
+            duration_s=10,
+            first_start_s=start,
+            finish_s=start + 10,
+            eta_at_s=submit,
+            eta_start_s=eta,
+            eta_end_s=eta + 10,
+        )
+
+    records = (
+        rec("x", 0, 3600, 3600 + 1800),  # started before its ETA by half the wait
+        rec("y", 0, 7200, 7200 - 3600),  # started after its ETA: 0.5 of the wait
+        rec("z", 0, 1000, 1000 + 1000),  # 1.0 of the wait
+        rec("short", 0, 300, 0),  # waited 5 min: left out
+    )
+    result = SimResult(
+        policy="p",
+        estimator="e",
+        records=records,
+        total_gpus=1,
+        times_s=(),
+        busy_gpus=(),
+        queue_len=(),
+        cycles=0,
+        wall_s=0.0,
+        plan_wall_s=0.0,
+        preemptions=0,
+    )
+    s = eta_accuracy.summary(result)
+    assert s["waited"] == 3 and s["median_rel_error"] == 0.5 and s["p90_rel_error"] == 1.0
+    assert s["median_abs_error_h"] == 0.5 and s["early_share"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_report_has_the_table_and_images_that_exist(tmp_path, capsys):
+    """--report writes report.md with the policy table, the ETA table and existing images."""
+    args = ["--trace", str(DATA / "tiny.csv"), "--clusters", str(DATA / "small-clusters.yaml")]
+    assert main([*args, "--policy", "fifo,sjf", "--eta", "--report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| policy | jobs | finished |" in text
+    assert re.search(r"^\| fifo \| 40 \| 40 \|", text, re.M)
+    assert re.search(r"^\| sjf \| \d+ \|", text, re.M)
+    assert "## ETA accuracy" in text and "--eta --report" in text
+    images = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+    assert {"jct_cdf.png", "wait_cdf.png", "utilization.png", "eta_error.png"} <= set(images)
+    for name in images:
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert "first ETA vs actual start" in capsys.readouterr().out
+
+
+def test_report_without_eta_has_no_eta_section(tmp_path, capsys):
+    """Without --eta the report has the comparison but no ETA table or histogram."""
+    args = ["--trace", str(DATA / "tiny.csv"), "--clusters", str(DATA / "small-clusters.yaml")]
+    assert main([*args, "--policy", "fifo", "--report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "## Policy comparison" in text and "ETA accuracy" not in text
+    assert not (tmp_path / "eta_error.png").exists() and "eta_error.png" not in text
