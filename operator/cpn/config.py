@@ -21,8 +21,11 @@ class OperatorConfig:
     """Safety-net period of the scheduling loop; events trigger it sooner."""
     debounce_s: float = 0.2
     """Events within this window are merged into one cycle."""
+    member_grace_s: float = 5.0
+    """A member whose watches fail this long is NotReady: nothing new is placed there."""
     member_timeout_s: float = 60.0
-    """A member whose API does not answer this long is NotReady; its jobs are requeued."""
+    """A member NotReady this long loses its jobs: they are requeued, and their old member
+    Jobs are deleted when it comes back."""
     metrics_max_age_s: float = 120.0
     """Prometheus samples older than this are ignored (the API's accounting still holds)."""
     history_db: str = ""

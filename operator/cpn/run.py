@@ -57,7 +57,7 @@ def main(argv: Sequence[str]) -> int:
 def _lead(namespace: str, duration_s: float) -> None:
     """Block until this process leads; exit the process when leadership is lost."""
     from cpn.adapters.kube import hub_client
-    from cpn.adapters.lease import Lease, Renewer, acquire
+    from cpn.adapters.lease import Lease, Renewer, acquire, install
 
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lease = Lease(hub_client(), namespace, "cpn-operator", identity, duration_s)
@@ -67,4 +67,6 @@ def _lead(namespace: str, duration_s: float) -> None:
         log.error("leadership lost; exiting so a standby can take over")
         os._exit(3)
 
-    Renewer(lease, lost).start()
+    renewer = Renewer(lease, lost)
+    install(renewer)
+    renewer.start()

@@ -73,6 +73,7 @@ class Informer:
         self.synced = threading.Event()
         self.healthy = False
         self.last_ok = 0.0
+        self.failed_at = 0.0  # when it last went from healthy to failing
         self.last_error = ""
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
@@ -105,6 +106,8 @@ class Informer:
     def _fail(self, message: str) -> None:
         if self.healthy or message != self.last_error:
             log.warning("informer %s failed: %s", self.name, message)
+        if self.healthy:
+            self.failed_at = time.monotonic()
         self.healthy = False
         self.last_error = message
         self._on_event("ERROR", None)

@@ -1,9 +1,13 @@
 """Leader election with a coordination.k8s.io Lease: two replicas, one active.
 
 :func:`acquire` blocks until this process holds the Lease; :class:`Renewer`
-then renews it in a thread and calls ``on_lost`` if it cannot for a whole
-lease duration (the process should then exit, and come back as a standby).
-A standby takes over once the holder has not renewed for the lease duration.
+then renews it in a thread and calls ``on_lost`` (the process exits and comes
+back as a standby) when no renewal has succeeded for the *renew deadline*,
+two thirds of the lease duration. A standby takes the Lease only after it has
+seen the Lease unchanged for a whole duration, timed by its own monotonic
+clock (never by comparing another machine's timestamps). So the old leader
+has stopped at least a third of a duration before a new one starts: no
+cycle ever runs on both.
 """
 
 from __future__ import annotations
@@ -48,6 +52,22 @@ class Lease:
         self.name = name
         self.identity = identity
         self.duration_s = duration_s
+        # The other holder's record as last seen, and when (our monotonic clock).
+        self._seen: tuple[Any, ...] = ()
+        self._seen_at = 0.0
+
+    @property
+    def renew_deadline_s(self) -> float:
+        """The holder gives up when it has not renewed for this long."""
+        return self.duration_s * 2.0 / 3.0
+
+    def _expired(self, record: tuple[Any, ...], duration_s: float) -> bool:
+        """True once ``record`` (holder, renew time) has not changed for ``duration_s``."""
+        now = time.monotonic()
+        if record != self._seen:
+            self._seen, self._seen_at = record, now
+            return False
+        return now - self._seen_at > duration_s
 
     def try_acquire(self) -> bool:
         """Take or renew the Lease if free, expired or ours; True when we hold it."""
@@ -74,10 +94,9 @@ class Lease:
                     return False
                 raise
         holder = lease.spec.holder_identity
-        renewed = _parse(lease.spec.renew_time)
         duration = lease.spec.lease_duration_seconds or self.duration_s
-        expired = renewed is None or (now - renewed).total_seconds() > duration
-        if holder not in (None, "", self.identity) and not expired:
+        record = (holder, _parse(lease.spec.renew_time))
+        if holder not in (None, "", self.identity) and not self._expired(record, duration):
             return False
         new_spec: dict[str, Any] = dict(spec)
         if holder != self.identity:
@@ -121,28 +140,65 @@ def acquire(lease: Lease, *, stop: threading.Event | None = None) -> bool:
 
 
 class Renewer(threading.Thread):
-    """Renew the Lease every third of its duration; call ``on_lost`` when it is lost."""
+    """Renew the Lease every third of its duration; call ``on_lost`` once it is lost.
+
+    A watchdog, not the renewing call, enforces the renew deadline, so a request
+    that hangs cannot keep a deposed leader running.
+    """
 
     def __init__(self, lease: Lease, on_lost: Callable[[], None]) -> None:
         super().__init__(name="lease-renewer", daemon=True)
         self.lease = lease
         self.on_lost = on_lost
         self.stopped = threading.Event()
+        self.last_ok = time.monotonic()  # the start of the last successful renewal
+        self._lost = threading.Event()
 
     def run(self) -> None:
+        threading.Thread(target=self._watchdog, name="lease-watchdog", daemon=True).start()
         period = max(self.lease.duration_s / 3.0, 0.5)
-        last_ok = time.monotonic()
-        while not self.stopped.wait(period):
+        while not self.stopped.wait(period) and not self._lost.is_set():
+            started = time.monotonic()
             try:
                 if self.lease.try_acquire():
-                    last_ok = time.monotonic()
+                    self.last_ok = started
                     continue
                 log.error("lease %s taken by another replica", self.lease.name)
-                self.on_lost()
+                self._lose()
                 return
             except Exception as err:
                 log.warning("lease renewal failed: %s", err)
-            if time.monotonic() - last_ok > self.lease.duration_s:
-                log.error("lease %s not renewed for %.0fs", self.lease.name, self.lease.duration_s)
-                self.on_lost()
+
+    def holding(self) -> bool:
+        """Whether this process may still act as the leader (renewed within the deadline)."""
+        return not self._lost.is_set() and (
+            time.monotonic() - self.last_ok <= self.lease.renew_deadline_s
+        )
+
+    def _watchdog(self) -> None:
+        deadline = self.lease.renew_deadline_s
+        while not self.stopped.wait(0.1):
+            if time.monotonic() - self.last_ok > deadline:
+                log.error("lease %s not renewed for %.1fs", self.lease.name, deadline)
+                self._lose()
                 return
+
+    def _lose(self) -> None:
+        if not self._lost.is_set():
+            self._lost.set()
+            self.on_lost()
+
+
+_renewer: Renewer | None = None
+
+
+def install(renewer: Renewer) -> None:
+    """Make :func:`leading` answer from ``renewer`` (one per process)."""
+    global _renewer
+    _renewer = renewer
+
+
+def leading() -> bool:
+    """False once this process may no longer act as the leader; True without election.
+    The scheduling loop asks before every cycle and every dispatch (fencing)."""
+    return _renewer is None or _renewer.holding()

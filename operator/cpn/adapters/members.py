@@ -128,13 +128,14 @@ class Member:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
-    def ready(self, timeout_s: float) -> tuple[bool, str]:
-        """Whether the member answers, and why not."""
+    def ready(self, grace_s: float) -> tuple[bool, str]:
+        """Whether the member answers, and why not. A watch that broke is given ``grace_s``
+        to re-list before the member counts as unreachable (watches end and resume)."""
         now = time.monotonic()
         for informer in self.informers:
             if not informer.synced.is_set():
                 return False, f"{informer.name}: not listed yet {informer.last_error}".strip()
-            if not informer.healthy and now - informer.last_ok > timeout_s:
+            if not informer.healthy and now - informer.failed_at > grace_s:
                 return False, f"{informer.name}: {informer.last_error or 'unreachable'}"
         return True, ""
 

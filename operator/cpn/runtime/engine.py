@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from cpn.adapters.events import post_event
 from cpn.adapters.kube import Informer, client_from_kubeconfig
+from cpn.adapters.lease import leading
 from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
@@ -301,6 +302,8 @@ class Runtime:
         elif kind == "jobs" and event == "LIST" and obj is not None:
             for item in obj.get("items") or []:
                 self._follow(member, "ADDED", item)
+            if self.loop is not None:  # back after an outage: remove stale attempts at once
+                self.loop.create_task(self.sweep())
         if kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
             self.kick()
 
@@ -466,6 +469,9 @@ class Runtime:
                 await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
             await asyncio.sleep(self.config.debounce_s)
             self._kick.clear()
+            if not leading():  # deposed (e.g. paused past the renew deadline): act no more
+                log.error("not the leader any more: no cycle")
+                continue
             try:
                 await self.cycle()
             except Exception:
@@ -508,7 +514,7 @@ class Runtime:
         bandwidth: dict[str, dict[str, float]] = {}
         now = time.monotonic()
         for name, member in sorted(self.members.items()):
-            ready, why = member.ready(self.config.member_timeout_s)
+            ready, why = member.ready(self.config.member_grace_s)
             self.member_status[name] = (ready, why)
             if ready:
                 self._not_ready_since.pop(name, None)
@@ -598,7 +604,10 @@ class Runtime:
                 if record.cluster == name:
                     record.phase = k.PHASE_QUEUED
                     record.reason = "MemberLost"
-                    record.message = f"member {name} unreachable; requeued"
+                    record.message = (
+                        f"member {name} unreachable for {self.config.member_timeout_s:.0f}s: "
+                        "requeued; its old member Job is removed when the member returns"
+                    )
                     self._event(record, "Requeued", record.message, warning=True)
                     self._clear_placement(record)
                     self._write_soon(record)
@@ -686,6 +695,8 @@ class Runtime:
         if self.config.dry_run:
             return
         try:
+            if not leading():
+                raise RuntimeError("this replica is no longer the leader")
             await self.call(member.create_job, manifest)
         except Exception as err:  # member unreachable or refusing: requeue, attempt not counted
             record.attempts = attempt - 1
@@ -837,6 +848,9 @@ class Runtime:
             record.written = {}
             if err.status != 404:
                 log.warning("status of %s not written: %s", record.key, err.reason)
+        except Exception as err:  # the hub is unreachable: the next cycle writes it again
+            record.written = {}
+            log.warning("status of %s not written: %s", record.key, err)
 
     async def write_all(self) -> None:
         await asyncio.gather(*(self.write_status(r) for r in list(self.store.records.values())))
@@ -907,9 +921,9 @@ class Runtime:
                 name,
                 {"status": status},
             )
-        except ApiException as err:
+        except Exception as err:  # ApiException or the hub unreachable: retried next cycle
             self._member_written.pop(key, None)
-            log.warning("status of member %s not written: %s", name, err.reason)
+            log.warning("status of member %s not written: %s", name, err)
 
     def _post_event(
         self, body: Mapping[str, Any], reason: str, message: str, warning: bool
