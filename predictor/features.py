@@ -57,7 +57,7 @@ FEATURES: tuple[str, ...] = (
     "domain_code",
     "precision_is_fp32",
 )
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the prior is the fitted-alpha anchor / latency-aware roofline
 
 #: Domains with a fixed code (unknown ones map to 0).
 DOMAINS: tuple[str, ...] = (

@@ -9,12 +9,12 @@ throughput measurement as ``work / actual_s``.
 How (all three families share the prior and the folds):
 
 1. **Prior** (the ``scaling`` baseline): if the model was measured on other GPU types,
-   its throughput there times :func:`predictor.catalog.catalog_ratio` (the geometric
-   mean of the compute and memory-bandwidth ratios), averaged geometrically over the
-   measured types with weights favouring the types closest in specification
-   ("anchor"); otherwise a roofline: ``efficiency x gpus x sqrt(peak FLOPS x memory
-   bandwidth) / training FLOPs per sample``, with the efficiency fitted on the training
-   rows (per domain when the domain has other models, else overall).
+   its throughput there times :func:`blend_ratio` (compute ratio^alpha x bandwidth
+   ratio^(1-alpha), alpha fitted on the training rows by :func:`fit_alpha`), averaged
+   geometrically over the measured types with weights favouring the types closest in
+   specification ("anchor"); otherwise a latency-aware roofline (:class:`Roofline`: a
+   step costs a fixed latency plus batch x training FLOPs / (efficiency x blended
+   speed)), its four numbers fitted on the training rows by :func:`fit_roofline`.
 2. **Residual**: a random forest (default) or HistGradientBoosting learns
    ``log(measured / prior)`` from catalog features (:mod:`predictor.features`). Every
    training row is used twice: once with its anchor prior computed *without its own GPU
@@ -52,7 +52,6 @@ from predictor.catalog import (
     GpuSpec,
     ModelSpec,
     UnknownName,
-    catalog_ratio,
     effective_tflops,
 )
 from predictor.features import FEATURES, SCHEMA_HASH, feature_row
@@ -194,6 +193,155 @@ class Specs:
         return spec
 
 
+#: bytes of memory traffic per FLOP that make a GPU's bandwidth comparable to its FLOPS
+#: in :func:`gpu_speed` (only sets the scale of the roofline's fitted efficiency)
+FLOPS_PER_BYTE = 10.0
+
+
+def gpu_speed(gpu: GpuSpec, precision: str, alpha: float) -> float:
+    """Blended spec speed (FLOP/s): compute^alpha x (bandwidth x FLOPS_PER_BYTE)^(1-alpha).
+
+    ``alpha`` = 1: compute-bound; 0: memory-bound. The compute figure follows the row's
+    precision (FP32, tensor FP16, or their geometric mean when unknown).
+    """
+    compute = effective_tflops(gpu, precision or None) * 1e12
+    memory = gpu.bandwidth_gbs * 1e9 * FLOPS_PER_BYTE
+    return math.exp(alpha * math.log(compute) + (1 - alpha) * math.log(memory))
+
+
+def blend_ratio(src: GpuSpec, dst: GpuSpec, precision: str, alpha: float) -> float:
+    """Speed-up of ``dst`` over ``src``: compute ratio^alpha x bandwidth ratio^(1-alpha).
+
+    With ``alpha`` = 0.5 it is :func:`predictor.catalog.catalog_ratio`.
+    """
+    return gpu_speed(dst, precision, alpha) / gpu_speed(src, precision, alpha)
+
+
+def fit_alpha(measurements: Sequence[Measurement], specs: Specs, default: float = 0.5) -> float:
+    """The compute share ``alpha`` of :func:`blend_ratio` that fits the measurements.
+
+    Every (model, input, batch, GPUs, precision) measured on two GPU types gives one
+    equation ``log(s_B / s_A) = alpha log(C_B / C_A) + (1 - alpha) log(W_B / W_A)``
+    (C compute, W bandwidth); alpha is the median of their solutions weighted by
+    ``|log(C_B/C_A) - log(W_B/W_A)|`` (pairs whose two ratios agree say nothing about
+    alpha), clipped to [0, 1]. ``default`` when no pair is informative.
+    """
+    groups: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
+    for m in measurements:
+        key = (m.model, m.input, m.batch_size, m.gpus, m.precision)
+        groups[key][m.gpu_type] = m.samples_per_s
+    values: list[float] = []
+    weights: list[float] = []
+    for (_, _, _, _, precision), by_type in groups.items():
+        types = sorted(by_type)
+        for i, a in enumerate(types):
+            ga = specs.gpu(a)
+            for b in types[i + 1 :]:
+                gb = specs.gpu(b)
+                f = math.log(gpu_speed(gb, precision, 1.0) / gpu_speed(ga, precision, 1.0))
+                w = math.log(gpu_speed(gb, precision, 0.0) / gpu_speed(ga, precision, 0.0))
+                if abs(f - w) < 0.05:
+                    continue
+                r = math.log(by_type[b] / by_type[a])
+                values.append((r - w) / (f - w))
+                weights.append(abs(f - w))
+    if not values:
+        return default
+    order = np.argsort(values)
+    v = np.asarray(values)[order]
+    cw = np.cumsum(np.asarray(weights)[order])
+    median = float(v[int(np.searchsorted(cw, cw[-1] / 2.0))])
+    return min(max(median, 0.0), 1.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Roofline:
+    """Throughput of a model from its FLOPs alone: a step costs a fixed latency plus compute.
+
+    ``step_s = t0_s + batch x training FLOPs per sample / (efficiency x gpu_speed(alpha))``
+    on one GPU, and ``samples/s = gpus^scaling x batch / step_s``. The fixed ``t0_s``
+    (kernel launches, framework, input pipeline) is why small batches and tiny models are
+    far below their FLOPs bound. The four numbers are fitted on the training rows.
+    ``batch_size`` 0 (unknown) drops the latency term.
+    """
+
+    t0_s: float = 0.0
+    efficiency: float = 0.3
+    scaling: float = 1.0
+    alpha: float = 0.5
+
+    def samples_per_s(
+        self, model: ModelSpec, gpu: GpuSpec, batch_size: int, gpus: int, precision: str
+    ) -> float:
+        """Predicted samples/s of ``model`` at ``batch_size`` on ``gpus`` x ``gpu``."""
+        flops = max(model.train_gflops_per_sample, 1e-6) * 1e9
+        per_sample_s = flops / (self.efficiency * gpu_speed(gpu, precision, self.alpha))
+        b = float(batch_size)
+        per_gpu = 1.0 / per_sample_s if b <= 0 else b / (self.t0_s + b * per_sample_s)
+        return float(max(gpus, 1) ** self.scaling * per_gpu)
+
+
+def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
+    """:class:`Roofline` fitted by robust least squares on log throughput.
+
+    Needs rows of at least two models; otherwise (or if the fit fails) the efficiency
+    alone is fitted (median), with no latency term and linear multi-GPU scaling.
+    """
+    flops = np.asarray(
+        [
+            max(specs.model(m.model, m.input).train_gflops_per_sample, 1e-6) * 1e9
+            for m in measurements
+        ]
+    )
+    compute = np.log(
+        [effective_tflops(specs.gpu(m.gpu_type), m.precision or None) * 1e12 for m in measurements]
+    )
+    memory = np.log(
+        [specs.gpu(m.gpu_type).bandwidth_gbs * 1e9 * FLOPS_PER_BYTE for m in measurements]
+    )
+    batch = np.asarray([max(m.batch_size, 1) for m in measurements], dtype=np.float64)
+    gpus = np.log([max(m.gpus, 1) for m in measurements])
+    y = np.log([m.samples_per_s for m in measurements])
+    w = np.sqrt(np.asarray([m.weight for m in measurements], dtype=np.float64))
+
+    def predict(p: np.ndarray) -> np.ndarray:
+        alpha = 1.0 / (1.0 + math.exp(-float(np.clip(p[3], -30, 30))))
+        speed = np.exp(alpha * compute + (1 - alpha) * memory)
+        step = math.exp(p[0]) + batch * flops / (math.exp(p[1]) * speed)
+        result: np.ndarray = np.log(batch / step) + p[2] * gpus
+        return result
+
+    fallback = Roofline(
+        t0_s=0.0,
+        efficiency=float(
+            np.exp(np.median(y - gpus - np.log(np.exp(0.5 * (compute + memory)) / flops)))
+        ),
+        scaling=1.0,
+        alpha=0.5,
+    )
+    if len({m.model for m in measurements}) < 2:
+        return fallback
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+    try:
+        fit = least_squares(
+            lambda p: (predict(p) - y) * w,
+            np.asarray([math.log(0.01), math.log(0.3), 0.8, 0.0]),
+            loss="soft_l1",
+            bounds=([-20.0, -12.0, 0.0, -30.0], [3.0, 3.0, 1.0, 30.0]),
+        )
+    except (ValueError, np.linalg.LinAlgError) as exc:  # pragma: no cover - defensive
+        log.warning("roofline fit failed (%s); median efficiency only", exc)
+        return fallback
+    p = fit.x
+    return Roofline(
+        t0_s=float(math.exp(p[0])),
+        efficiency=float(math.exp(p[1])),
+        scaling=float(p[2]),
+        alpha=float(1.0 / (1.0 + math.exp(-p[3]))),
+    )
+
+
 class Priors:
     """The scaling baseline over a set of measurements (see the module docstring)."""
 
@@ -223,47 +371,26 @@ class Priors:
         for m in measurements:
             by_model[m.model].add(m.gpu_type)
         self._measured = {k: frozenset(v) for k, v in by_model.items()}
-        # roofline efficiency: median log(measured / raw roofline), overall and per domain
-        logs: dict[str, list[float]] = defaultdict(list)
-        models_in: dict[str, set[str]] = defaultdict(set)
-        for m in measurements:
-            mspec = specs.model(m.model, m.input)
-            raw = self._raw_roofline(mspec, specs.gpu(m.gpu_type), m.gpus, m.precision)
-            value = math.log(m.samples_per_s / raw)
-            logs[""].append(value)
-            logs[mspec.domain].append(value)
-            models_in[mspec.domain].add(m.model)
-        self._eff = {k: float(np.median(v)) for k, v in logs.items()}
-        self._domain_models = {k: frozenset(v) for k, v in models_in.items()}
+        self.alpha = fit_alpha(measurements, specs)
+        self.roof = fit_roofline(measurements, specs)
         self._cache: dict[tuple[Any, ...], tuple[float, float] | None] = {}
 
     def measured_types(self, model: str) -> frozenset[str]:
         """GPU types ``model`` has measurements on."""
         return self._measured.get(model, frozenset())
 
-    @staticmethod
-    def _raw_roofline(model: ModelSpec, gpu: GpuSpec, gpus: int, precision: str) -> float:
-        """gpus x spec speed / training FLOPs per sample, before the fitted efficiency.
-
-        The spec speed is sqrt(compute x bandwidth) (TFLOPS x GB/s, a constant factor
-        the efficiency absorbs), so that roofline priors rank GPU types exactly as
-        :func:`predictor.catalog.catalog_ratio` does.
-        """
-        flops = max(model.train_gflops_per_sample, 1e-6) * 1e9
-        speed = math.sqrt(effective_tflops(gpu, precision or None) * gpu.bandwidth_gbs)
-        return gpus * speed * 1e12 / flops
-
     def roofline(
-        self, model: str, gpu_type: str, gpus: int, precision: str, input_name: str = ""
+        self,
+        model: str,
+        gpu_type: str,
+        gpus: int,
+        precision: str,
+        input_name: str = "",
+        batch_size: int = 0,
     ) -> float:
-        """Roofline prior: fitted efficiency x peak FLOPS / training FLOPs per sample."""
+        """Roofline prior of a model never measured: see :class:`Roofline`."""
         mspec = self.specs.model(model, input_name)
-        others = self._domain_models.get(mspec.domain, frozenset()) - {model}
-        eff = self._eff.get(mspec.domain) if others else None
-        if eff is None:
-            eff = self._eff.get("", math.log(0.3))
-        raw = self._raw_roofline(mspec, self.specs.gpu(gpu_type), gpus, precision)
-        return raw * math.exp(eff)
+        return self.roof.samples_per_s(mspec, self.specs.gpu(gpu_type), batch_size, gpus, precision)
 
     def anchor(
         self, model: str, gpu_type: str, batch_size: int, gpus: int, precision: str
@@ -286,7 +413,7 @@ class Priors:
                 sps = self.table.samples_per_s(model, anchor, batch_size, gpus)
                 if sps is None:
                     continue
-                ratio = catalog_ratio(self.specs.gpu(anchor), target, precision or None)
+                ratio = blend_ratio(self.specs.gpu(anchor), target, precision, self.alpha)
                 distance = abs(math.log(ratio))
                 weight = 1.0 / (0.1 + distance) ** 2
                 total += weight * math.log(sps * ratio)
@@ -370,7 +497,9 @@ class ThroughputModel:
             if exclude_own or anchor is None:
                 options.append(
                     (
-                        self.priors.roofline(q.model, q.gpu_type, q.gpus, q.precision, q.input),
+                        self.priors.roofline(
+                            q.model, q.gpu_type, q.gpus, q.precision, q.input, q.batch_size
+                        ),
                         False,
                         0.0,
                     )
@@ -555,7 +684,7 @@ class ThroughputModel:
 # --------------------------------------------------------------------------- evaluation
 
 
-def evaluate(
+def holdout_predictions(
     measurements: Sequence[Measurement],
     *,
     family: str = "rf",
@@ -564,12 +693,11 @@ def evaluate(
     table: BenchmarkTable | None = None,
     seed: int = 0,
     calibrate: bool = True,
-) -> dict[str, float]:
-    """Train on every row but the held-out GPU type (or model); score the held-out rows.
+) -> tuple[list[Measurement], np.ndarray]:
+    """(held-out rows, predicted samples/s) of a model fitted on every other row.
 
-    Returns ``{"n", "mape", "median_ape"}``: absolute percentage error of predicted vs
-    measured throughput, in percent. ``calibrate=False`` applies the learned residual in
-    full instead of the inner-CV weight.
+    Everything fitted (prior's alpha and roofline, forest, calibration) sees only the
+    training rows; the held-out rows' throughputs are read only to score.
     """
     if (holdout_gpu is None) == (holdout_model is None):
         raise ValueError("give exactly one of holdout_gpu and holdout_model")
@@ -588,8 +716,34 @@ def evaluate(
         model.fit(train, table=table)
     else:  # apply the learned residual in full (what calibration protects against)
         model.fit(train, table=table, calibrate=False, shrink={"anchor": 1.0, "roofline": 1.0})
-    queries = [_query(m) for m in test]
-    pred = model.predict(queries).samples_per_s
+    return test, model.predict([_query(m) for m in test]).samples_per_s
+
+
+def evaluate(
+    measurements: Sequence[Measurement],
+    *,
+    family: str = "rf",
+    holdout_gpu: str | None = None,
+    holdout_model: str | None = None,
+    table: BenchmarkTable | None = None,
+    seed: int = 0,
+    calibrate: bool = True,
+) -> dict[str, float]:
+    """Train on every row but the held-out GPU type (or model); score the held-out rows.
+
+    Returns ``{"n", "mape", "median_ape"}``: absolute percentage error of predicted vs
+    measured throughput, in percent. ``calibrate=False`` applies the learned residual in
+    full instead of the inner-CV weight.
+    """
+    test, pred = holdout_predictions(
+        measurements,
+        family=family,
+        holdout_gpu=holdout_gpu,
+        holdout_model=holdout_model,
+        table=table,
+        seed=seed,
+        calibrate=calibrate,
+    )
     actual = np.asarray([m.samples_per_s for m in test])
     ape = np.abs(pred - actual) / actual * 100.0
     return {

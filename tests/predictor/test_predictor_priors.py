@@ -1,0 +1,110 @@
+"""The scaling priors: fitted compute share, latency-aware roofline, no leakage in holdouts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from predictor import model as pm
+from predictor.catalog import BenchmarkTable, gpu_spec, model_spec
+from predictor.model import Measurement, Roofline, Specs, blend_ratio, fit_alpha, fit_roofline
+
+GPUS = ("T4", "A10", "V100-16GB", "A100-40GB")
+
+
+def _blended_rows(alpha: float) -> list[Measurement]:
+    """Rows whose cross-GPU speed-ups follow blend_ratio(alpha) exactly."""
+    rows = []
+    for model, base in {"resnet50": 300.0, "bert-base": 80.0, "gpt2": 10.0}.items():
+        for batch in (16, 64):
+            for gpu in GPUS:
+                ratio = blend_ratio(gpu_spec("T4"), gpu_spec(gpu), "fp32", alpha)
+                rows.append(
+                    Measurement(
+                        model=model,
+                        gpu_type=gpu,
+                        batch_size=batch,
+                        gpus=1,
+                        samples_per_s=base * batch / 16 * ratio,
+                        precision="fp32",
+                    )
+                )
+    return rows
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.5, 0.8])
+def test_fit_alpha_recovers_the_compute_share(alpha):
+    """Speed-ups generated with a compute share alpha give that alpha back."""
+    assert fit_alpha(_blended_rows(alpha), Specs()) == pytest.approx(alpha, abs=1e-6)
+
+
+def test_fit_alpha_is_clipped_and_defaults_without_pairs():
+    """One GPU type says nothing (default); implausible speed-ups are clipped to [0, 1]."""
+    rows = _blended_rows(0.5)
+    one_type = [m for m in rows if m.gpu_type == "A10"]
+    assert fit_alpha(one_type, Specs(), default=0.42) == 0.42
+    assert fit_alpha(_blended_rows(1.6), Specs()) == 1.0
+    assert fit_alpha(_blended_rows(-0.7), Specs()) == 0.0
+
+
+def test_roofline_fit_recovers_a_latency_bound_table():
+    """Rows made by a known Roofline are fitted back to within a few percent."""
+    truth = Roofline(t0_s=0.02, efficiency=0.4, scaling=0.9, alpha=0.3)
+    rows = []
+    for model in ("resnet50", "bert-base", "gpt2", "lstm-lm"):
+        for gpu in GPUS:
+            for batch in (4, 32, 256):
+                for gpus in (1, 4):
+                    sps = truth.samples_per_s(model_spec(model), gpu_spec(gpu), batch, gpus, "fp32")
+                    rows.append(
+                        Measurement(
+                            model=model,
+                            gpu_type=gpu,
+                            batch_size=batch,
+                            gpus=gpus,
+                            samples_per_s=sps,
+                            precision="fp32",
+                        )
+                    )
+    fitted = fit_roofline(rows, Specs())
+    assert fitted.t0_s == pytest.approx(truth.t0_s, rel=0.05)
+    assert fitted.efficiency == pytest.approx(truth.efficiency, rel=0.05)
+    assert fitted.scaling == pytest.approx(truth.scaling, abs=0.02)
+    assert fitted.alpha == pytest.approx(truth.alpha, abs=0.05)
+
+
+def test_roofline_latency_makes_small_batches_slower_per_sample():
+    """With a fixed per-step latency, samples/s grows with the batch and saturates."""
+    roof = Roofline(t0_s=0.05, efficiency=0.3, scaling=1.0, alpha=0.5)
+    spec, gpu = model_spec("resnet50"), gpu_spec("A100-40GB")
+    small, large, huge = (roof.samples_per_s(spec, gpu, b, 1, "fp32") for b in (1, 64, 4096))
+    assert small < large < huge
+    assert huge == pytest.approx(roof.samples_per_s(spec, gpu, 0, 1, "fp32"), rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("family", "holdout"),
+    [
+        ("scaling", {"holdout_gpu": "K80"}),
+        ("scaling", {"holdout_model": "transformer"}),
+        ("rf", {"holdout_model": "lstm-lm"}),
+    ],
+)
+def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
+    """Scaling every held-out row's throughput leaves the predictions for them unchanged."""
+    rows = pm.measurements_from_table(BenchmarkTable.default())
+    key, value = next(iter(holdout.items()))
+    field = "gpu_type" if key == "holdout_gpu" else "model"
+    tampered = [
+        replace(m, samples_per_s=m.samples_per_s * 7.0) if getattr(m, field) == value else m
+        for m in rows
+    ]
+    test_a, pred_a = pm.holdout_predictions(rows, family=family, **holdout)
+    test_b, pred_b = pm.holdout_predictions(tampered, family=family, **holdout)
+    assert len(test_a) == len(test_b) > 0
+    assert [m.samples_per_s * 7.0 for m in test_a] == pytest.approx(
+        [m.samples_per_s for m in test_b]
+    )
+    np.testing.assert_allclose(pred_a, pred_b, rtol=1e-9)
