@@ -1,21 +1,33 @@
 """Read an AIJob object into a core :class:`~cpn.core.model.Job`.
 
-Structure is checked by the CRD's schema; this checks meaning (GPU types that
-exist, quantities that parse, sizes that make sense) and raises
-:class:`~cpn.core.errors.InvalidSpec` whose errors name the field path. User
-and group are passed in by the caller, who takes them from the namespace:
-nothing a user writes in the AIJob can set them.
+The CRD's schema checks structure on the API server; this reader checks it
+again (``cpn validate`` reads files no server has seen, and nothing here may
+trust its input) and then checks meaning: GPU types that exist, quantities that
+parse, sizes that make sense. Every problem is collected and raised at once as
+:class:`~cpn.core.errors.InvalidSpec` whose errors name the field path
+(``spec.resources.gpus``, ``spec.resources.gpuTypes[1]``,
+``spec.model.features["lr\\u200b"]``). Nothing else is ever raised, whatever
+the body holds: wrong types, huge or non-finite numbers, unknown keys,
+invisible or look-alike Unicode in names, hostile annotations.
+
+User and group are passed in by the caller, who takes them from the
+namespace: nothing a user writes in the AIJob can set them.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from cpn.api import constants as k
 from cpn.core.errors import FieldError, InvalidSpec
 from cpn.core.model import Job, frozen_map
 from predictor.catalog import UnknownName, expand_gpu_types
@@ -27,6 +39,52 @@ _MODEL_FEATURES = {
     "batchSize": "batch_size",
     "steps": "steps",
 }
+
+# Bounds: the CRD's where it has them, else far above any real job (a typo, not a job).
+MAX_GPUS_PER_WORKER = 64
+MAX_WORKERS = 512
+MAX_PRIORITY = 1000
+MAX_CPU = 100_000.0  # cores per worker
+MAX_MEMORY_GIB = 1 << 20  # 1 PiB per worker
+MAX_GPU_MEMORY_GIB = 1024.0
+MAX_RUNTIME_S = 31_536_000.0  # a year
+MAX_COUNT = 10**15  # samples, steps
+MAX_FEATURE = 1e15
+MAX_FEATURES = 32
+MAX_GPU_TYPES = 32
+MAX_DATA_GB = 1e6
+MAX_IMAGE_GB = 1e4
+MAX_ANNOTATION_BYTES = 16 * 1024
+
+#: The keys of each section the CRD defines (a test checks they match crds/aijob.yaml).
+KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
+    "spec": (
+        "queue",
+        "priority",
+        "suspend",
+        "workers",
+        "checkpoint",
+        "runtimeEstimateSeconds",
+        "resources",
+        "model",
+        "data",
+        "image",
+        "template",
+    ),
+    "spec.resources": ("gpus", "gpuShare", "gpuMemoryGiB", "cpu", "memory", "gpuTypes"),
+    "spec.model": ("name", "datasetSamples", "epochs", "batchSize", "steps", "features"),
+    "spec.data": ("cluster", "sizeGB"),
+    "spec.image": ("sizeGB",),
+}
+
+# Names a person types: printable ASCII only, so no homoglyph, zero-width or bidi control
+# can make two different names look the same (or one name look like another).
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+:-]*")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
+_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_REPR = reprlib.Repr()
+_REPR.maxstring = 60
+_REPR.maxother = 60
 
 
 def job_key(body: Mapping[str, Any]) -> str:
@@ -42,89 +100,329 @@ def parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def _quantity(value: Any, path: str, errors: list[FieldError], scale: float = 1.0) -> float:
+def _short(value: object) -> str:
+    """A bounded, ASCII-only repr: invisible and look-alike characters show as escapes."""
+    if isinstance(value, str):
+        text = value if len(value) <= 60 else value[:57] + "..."
+        return ascii(text)
+    return ascii(_REPR.repr(value))[1:-1]
+
+
+def _kind(value: object) -> str:
     if value is None:
-        return 0.0
-    try:
-        number = float(parse_quantity(value)) / scale  # type: ignore[no-untyped-call]
-    except (ValueError, TypeError):
-        errors.append(FieldError(path, f"not a Kubernetes quantity: {value!r}"))
-        return 0.0
-    if not math.isfinite(number) or number < 0:
-        errors.append(FieldError(path, f"must be a finite, non-negative quantity, got {value!r}"))
-        return 0.0
-    return number
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({_short(value)})"
+    if isinstance(value, float):
+        return f"a number ({_short(value)})"
+    if isinstance(value, str):
+        return f"a string ({_short(value)})"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
 
 
-def _gpu_types(names: Any, errors: list[FieldError]) -> frozenset[str]:
-    allowed: set[str] = set()
-    for index, name in enumerate(names or ()):
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if _KEY.fullmatch(key) else f"{path}[{json.dumps(key)}]"
+
+
+def _odd_character(text: str) -> str:
+    """Why ``text`` is not plain ASCII ("" when it is)."""
+    for index, char in enumerate(text):
+        if not " " < char < "\x7f":
+            return f"character U+{ord(char):04X} at index {index} is not printable ASCII"
+    return ""
+
+
+class _Reader:
+    """Typed access to one body, collecting a FieldError for each bad field."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def mapping(self, value: Any, path: str, known: tuple[str, ...] | None) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.error(path, f"expected a mapping, got {_kind(value)}")
+            return {}
+        for key in value:
+            if not isinstance(key, str):
+                self.error(path, f"key {_short(key)} must be a string")
+            elif known is not None and key not in known:
+                self.error(_join(path, key), f"unknown field; known: {', '.join(known)}")
+        return value
+
+    def integer(self, value: Any, path: str, low: int, high: int, default: int) -> int:
+        if value is None:
+            return default
+        if isinstance(value, float) and value.is_integer() and low <= value <= high:
+            return int(value)  # JSON has one number type: 2.0 is 2
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(path, f"expected an integer, got {_kind(value)}")
+            return default
+        if not low <= value <= high:
+            self.error(path, f"must be between {low} and {high}, got {_short(value)}")
+            return default
+        return value
+
+    def number(
+        self, value: Any, path: str, low: float, high: float, default: float, *, above: bool = False
+    ) -> float:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.error(path, f"expected a number, got {_kind(value)}")
+            return default
         try:
-            allowed |= expand_gpu_types(str(name))
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or number > high or number < low or (above and number <= low):
+            side = f"above {low:g}" if above else f"at least {low:g}"
+            self.error(path, f"must be a finite number {side} and at most {high:g}, got {value!r}")
+            return default
+        return number
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.error(path, f"expected true or false, got {_kind(value)}")
+            return False
+        return value
+
+    def string(self, value: Any, path: str, max_len: int, pattern: re.Pattern[str]) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            self.error(path, f"expected a string, got {_kind(value)}")
+            return ""
+        if len(value) > max_len:
+            self.error(path, f"is longer than {max_len} characters")
+            return ""
+        odd = _odd_character(value)
+        if odd:
+            self.error(path, f"{_short(value)}: {odd}")
+            return ""
+        if value and not pattern.fullmatch(value):
+            self.error(path, f"{_short(value)}: only letters, digits and . _ / + : - are allowed")
+            return ""
+        return value
+
+    def quantity(self, value: Any, path: str, high: float, scale: float = 1.0) -> float:
+        if value is None:
+            return 0.0
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            self.error(path, f"expected a Kubernetes quantity, got {_kind(value)}")
+            return 0.0
+        if isinstance(value, str) and (len(value) > 64 or _odd_character(value)):
+            self.error(path, f"not a Kubernetes quantity: {_short(value)}")
+            return 0.0
+        try:
+            exact: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
+            number = float(exact) / scale
+        except (ValueError, TypeError, ArithmeticError, InvalidOperation):
+            self.error(path, f"not a Kubernetes quantity: {_short(value)}")
+            return 0.0
+        if not math.isfinite(number) or number < 0 or number > high:
+            self.error(path, f"must be a non-negative quantity of at most {high:g}, got {value!r}")
+            return 0.0
+        return number
+
+    def time(self, value: Any, path: str) -> float | None:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or len(value) > 64:
+            self.error(path, f"expected an RFC 3339 time, got {_kind(value)}")
+            return None
+        try:
+            return parse_time(value)
+        except (ValueError, OverflowError):
+            self.error(path, f"not an RFC 3339 time: {_short(value)}")
+            return None
+
+
+def _gpu_types(reader: _Reader, names: Any) -> frozenset[str]:
+    path = "spec.resources.gpuTypes"
+    if names is None:
+        return frozenset()
+    if not isinstance(names, list):
+        reader.error(path, f"expected a list of GPU type names, got {_kind(names)}")
+        return frozenset()
+    if len(names) > MAX_GPU_TYPES:
+        reader.error(path, f"at most {MAX_GPU_TYPES} GPU types, got {len(names)}")
+        return frozenset()
+    allowed: set[str] = set()
+    for index, name in enumerate(names):
+        where = f"{path}[{index}]"
+        if not isinstance(name, str):
+            reader.error(where, f"expected a GPU type name, got {_kind(name)}")
+            continue
+        if len(name) > 64 or _odd_character(name):
+            why = _odd_character(name) or "is longer than 64 characters"
+            reader.error(where, f"GPU type {_short(name)}: {why}")
+            continue
+        try:
+            allowed |= expand_gpu_types(name)
         except UnknownName as err:
-            errors.append(FieldError(f"spec.resources.gpuTypes[{index}]", str(err)))
+            reader.error(where, str(err))
     return frozenset(allowed)
 
 
+def _features(reader: _Reader, model: Mapping[str, Any]) -> dict[str, float]:
+    features: dict[str, float] = {}
+    for source, target in _MODEL_FEATURES.items():
+        path = f"spec.model.{source}"
+        value = model.get(source)
+        if value is None:
+            continue
+        if source == "epochs":
+            features[target] = reader.number(value, path, 0.0, 100_000.0, 0.0)
+        elif source == "batchSize":
+            features[target] = float(reader.integer(value, path, 1, 1_048_576, 1))
+        else:
+            features[target] = float(reader.integer(value, path, 0, MAX_COUNT, 0))
+    extra = reader.mapping(model.get("features"), "spec.model.features", None)
+    if len(extra) > MAX_FEATURES:
+        reader.error("spec.model.features", f"at most {MAX_FEATURES} features, got {len(extra)}")
+        return features
+    for name, value in extra.items():
+        if not isinstance(name, str):
+            continue  # reported by mapping()
+        path = _join("spec.model.features", name)
+        if len(name) > 63 or not _KEY.fullmatch(name):
+            reader.error(path, "a feature name is letters, digits, '_' and '-' (at most 63)")
+            continue
+        features[name] = reader.number(value, path, -MAX_FEATURE, MAX_FEATURE, 0.0)
+    return features
+
+
+def _template(reader: _Reader, template: Any) -> None:
+    if not isinstance(template, Mapping):
+        reader.error("spec.template", f"a pod template is required, got {_kind(template)}")
+        return
+    pod = template.get("spec")
+    containers = pod.get("containers") if isinstance(pod, Mapping) else None
+    if not isinstance(containers, list) or not containers:
+        reader.error("spec.template.spec.containers", "at least one container")
+    elif not all(isinstance(c, Mapping) for c in containers):
+        reader.error("spec.template.spec.containers", "each container must be a mapping")
+    meta = template.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    raw = annotations.get(k.ANNOTATION_PER_GPU_TYPE) if isinstance(annotations, Mapping) else None
+    if raw is not None:
+        _per_gpu_type(reader, raw)
+
+
+def _per_gpu_type(reader: _Reader, raw: Any) -> None:
+    """The operator reads this annotation at dispatch: refuse what it could not read safely.
+
+    Bad JSON or a wrong shape is ignored at dispatch (``cpn validate`` reports it); a huge
+    or deeply nested value would stop the dispatch, so the job is refused here.
+    """
+    path = _join("spec.template.metadata.annotations", k.ANNOTATION_PER_GPU_TYPE)
+    if not isinstance(raw, str):
+        return
+    if len(raw) > MAX_ANNOTATION_BYTES:
+        reader.error(path, f"is longer than {MAX_ANNOTATION_BYTES} characters")
+        return
+    try:
+        json.loads(raw)
+    except RecursionError:
+        reader.error(path, "JSON nested too deeply")
+    except ValueError:
+        pass
+
+
+def _metadata(reader: _Reader, meta: Mapping[str, Any]) -> tuple[str, float]:
+    for field in ("name", "namespace"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not _DNS_SUBDOMAIN.fullmatch(value):
+            why = _odd_character(value) if isinstance(value, str) else ""
+            reader.error(
+                f"metadata.{field}",
+                f"{_short(value)} is not a DNS name (lower-case letters, digits, '-', '.')"
+                + (f": {why}" if why else ""),
+            )
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    submit = reader.time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    return key, submit or 0.0
+
+
 def parse_aijob(body: Mapping[str, Any], *, user: str, group: str) -> Job:
-    """The core view of an AIJob; raises InvalidSpec naming each bad field.
+    """The core view of an AIJob; raises InvalidSpec naming each bad field (and nothing else).
 
     The returned job has no estimate yet: the caller attaches one.
     """
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    meta = body.get("metadata") or {}
-    errors: list[FieldError] = []
-    res = spec.get("resources") or {}
-    model = spec.get("model") or {}
-    data = spec.get("data") or {}
-    image = spec.get("image") or {}
-    gpus = int(res.get("gpus", 0))
-    share = float(res.get("gpuShare", 1.0))
+    if not isinstance(body, Mapping):
+        raise InvalidSpec([FieldError("", f"an AIJob must be a mapping, got {_kind(body)}")])
+    reader = _Reader()
+    meta = reader.mapping(body.get("metadata"), "metadata", None)
+    key, submit_s = _metadata(reader, meta)
+    spec = reader.mapping(body.get("spec"), "spec", KNOWN_KEYS["spec"])
+    status = reader.mapping(body.get("status"), "status", None)
+    res = reader.mapping(spec.get("resources"), "spec.resources", KNOWN_KEYS["spec.resources"])
+    model = reader.mapping(spec.get("model"), "spec.model", KNOWN_KEYS["spec.model"])
+    data = reader.mapping(spec.get("data"), "spec.data", KNOWN_KEYS["spec.data"])
+    image = reader.mapping(spec.get("image"), "spec.image", KNOWN_KEYS["spec.image"])
+    if isinstance(spec.get("resources"), Mapping) and "gpus" not in res:
+        reader.error("spec.resources.gpus", "is required (GPUs per worker, 0 for none)")
+    elif "resources" not in spec and isinstance(body.get("spec"), Mapping):
+        reader.error("spec.resources", "is required (at least resources.gpus)")
+    gpus = reader.integer(res.get("gpus"), "spec.resources.gpus", 0, MAX_GPUS_PER_WORKER, 0)
+    share = reader.number(res.get("gpuShare"), "spec.resources.gpuShare", 0.0, 1.0, 1.0, above=True)
     if share < 1.0 and gpus != 1:
-        errors.append(FieldError("spec.resources.gpuShare", "sharing a GPU needs gpus: 1"))
-    if not isinstance(spec.get("template"), Mapping):
-        errors.append(FieldError("spec.template", "a pod template is required"))
-    else:
-        containers = (spec["template"].get("spec") or {}).get("containers")
-        if not containers:
-            errors.append(FieldError("spec.template.spec.containers", "at least one container"))
-    features = {
-        target: float(model[source])
-        for source, target in _MODEL_FEATURES.items()
-        if model.get(source) is not None
-    }
-    for name, value in (model.get("features") or {}).items():
-        features[str(name)] = float(value)
-    if data.get("sizeGB") and not data.get("cluster"):
-        errors.append(FieldError("spec.data.cluster", "where the data is must be given"))
+        reader.error("spec.resources.gpuShare", "sharing a GPU needs gpus: 1")
+    _template(reader, spec.get("template"))
+    data_gb = reader.number(data.get("sizeGB"), "spec.data.sizeGB", 0.0, MAX_DATA_GB, 0.0)
+    errors_before = len(reader.errors)
+    data_cluster = reader.string(data.get("cluster"), "spec.data.cluster", 253, _DNS_SUBDOMAIN)
+    if data_gb and not data_cluster and len(reader.errors) == errors_before:
+        reader.error("spec.data.cluster", "where the data is must be given")
+    estimate = reader.number(
+        spec.get("runtimeEstimateSeconds"), "spec.runtimeEstimateSeconds", 1.0, MAX_RUNTIME_S, 0.0
+    )
     job = Job(
-        key=job_key(body),
-        submit_s=parse_time(meta.get("creationTimestamp")) or 0.0,
+        key=key,
+        submit_s=submit_s,
         gpus_per_worker=gpus,
-        workers=int(spec.get("workers", 1)),
+        workers=reader.integer(spec.get("workers"), "spec.workers", 1, MAX_WORKERS, 1),
         gpu_share=share,
-        gpu_memory_gib=float(res.get("gpuMemoryGiB", 0.0)),
-        cpu=_quantity(res.get("cpu"), "spec.resources.cpu", errors),
-        memory_gib=_quantity(res.get("memory"), "spec.resources.memory", errors, _GIB),
-        gpu_types=_gpu_types(res.get("gpuTypes"), errors),
+        gpu_memory_gib=reader.number(
+            res.get("gpuMemoryGiB"), "spec.resources.gpuMemoryGiB", 0.0, MAX_GPU_MEMORY_GIB, 0.0
+        ),
+        cpu=reader.quantity(res.get("cpu"), "spec.resources.cpu", MAX_CPU),
+        memory_gib=reader.quantity(
+            res.get("memory"), "spec.resources.memory", MAX_MEMORY_GIB, _GIB
+        ),
+        gpu_types=_gpu_types(reader, res.get("gpuTypes")),
         user=user,
         group=group,
-        queue=str(spec.get("queue", "")),
-        priority=int(spec.get("priority", 0)),
-        model=str(model.get("name", "")),
-        features=frozen_map(features),
-        data_cluster=data.get("cluster") or None,
-        data_gb=float(data.get("sizeGB", 0.0)),
-        image_gb=float(image.get("sizeGB", 0.0)),
-        user_estimate_s=(
-            float(spec["runtimeEstimateSeconds"]) if spec.get("runtimeEstimateSeconds") else None
+        queue=reader.string(spec.get("queue"), "spec.queue", 63, _PLAIN),
+        priority=reader.integer(
+            spec.get("priority"), "spec.priority", -MAX_PRIORITY, MAX_PRIORITY, 0
         ),
-        attempts=int(status.get("attempts", 0)),
-        not_before_s=parse_time(status.get("notBefore")) or 0.0,
-        suspended=bool(spec.get("suspend", False)),
-        checkpoint=bool(spec.get("checkpoint", False)),
+        model=reader.string(model.get("name"), "spec.model.name", 128, _PLAIN),
+        features=frozen_map(_features(reader, model)),
+        data_cluster=data_cluster or None,
+        data_gb=data_gb,
+        image_gb=reader.number(image.get("sizeGB"), "spec.image.sizeGB", 0.0, MAX_IMAGE_GB, 0.0),
+        user_estimate_s=estimate or None,
+        attempts=reader.integer(status.get("attempts"), "status.attempts", 0, 1_000_000, 0),
+        not_before_s=reader.time(status.get("notBefore"), "status.notBefore") or 0.0,
+        suspended=reader.boolean(spec.get("suspend"), "spec.suspend"),
+        checkpoint=reader.boolean(spec.get("checkpoint"), "spec.checkpoint"),
     )
-    if errors:
-        raise InvalidSpec(errors, where=job.key)
+    if reader.errors:
+        raise InvalidSpec(reader.errors, where=key)
     return job

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import reprlib
+import unicodedata
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -35,6 +36,7 @@ from cpn.core.policy import (
     Reservation,
     Retry,
 )
+from predictor.catalog import UnknownName, expand_gpu_types
 
 ORDERINGS = ("cpn", "fifo", "sjf", "oracle", "las", "gavel")
 METHODS = ("milp", "greedy", "first-fit", "fastest")
@@ -163,11 +165,25 @@ def _boolean(value: Any) -> bool:
 
 
 def _name(value: Any) -> str:
+    """A display name: any text but invisible characters (controls, zero-width, bidi)."""
     if not isinstance(value, str) or not value.strip():
         raise _Invalid(f"expected a non-empty string, got {_kind(value)}")
     if len(value) > MAX_NAME:
         raise _Invalid(f"is longer than {MAX_NAME} characters")
+    for index, char in enumerate(value):
+        if unicodedata.category(char)[0] in "CZ" and char != " ":
+            raise _Invalid(f"{value!a}: invisible character U+{ord(char):04X} at {index}")
     return value
+
+
+def _ident(value: Any) -> str:
+    """A name that is matched (group, user, queue, namespace, GPU type): printable ASCII
+    without spaces, so no look-alike or invisible character makes two names seem one."""
+    name = _name(value)
+    for index, char in enumerate(name):
+        if not " " < char < "\x7f":
+            raise _Invalid(f"{name!a}: character U+{ord(char):04X} at {index} is not ASCII")
+    return name
 
 
 def _choice(options: tuple[str, ...]) -> Parser:
@@ -199,8 +215,10 @@ def _names(value: Any) -> frozenset[str]:
     if not isinstance(value, list):
         raise _Invalid(f"expected a list of names, got {_kind(value)}")
     for index, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
-            raise _Invalid(f"expected a non-empty string, got {_kind(item)}", at=f"[{index}]")
+        try:
+            _ident(item)
+        except _Invalid as invalid:
+            raise _Invalid(str(invalid), at=f"[{index}]") from None
     return frozenset(value)
 
 
@@ -263,10 +281,11 @@ _RETRY: Mapping[str, Parser] = {
     "max_attempts": _integer(1, 100),
     "backoff_s": _number(0.0, 86400.0),
 }
-_QUOTAS = ("groups", "lending")
+_QUOTAS = ("groups", "lending", "max_priority")
+_MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": _number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
-_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user")
+_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority")
 _NAMESPACE = ("user", "group")
 
 #: Every key the document may hold, by section (for docs and tests).
@@ -342,7 +361,7 @@ class _Reader:
         found = []
         for key, item in value.items():
             try:
-                name = _name(key)
+                name = _ident(key)
             except _Invalid as invalid:
                 self.error(path, f"{what} name {_short(key)}: {invalid}")
                 continue
@@ -411,6 +430,11 @@ def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
     parse = _number(0.0, MAX_GPUS)
     for name, item, item_path in reader.entries(value, path, "GPU type"):
         canonical = name.strip().upper()
+        try:
+            expand_gpu_types(name)
+        except UnknownName as err:
+            reader.error(item_path, str(err))
+            continue
         if canonical in written:
             reader.error(item_path, f"same GPU type as '{written[canonical]}'")
             continue
@@ -459,12 +483,13 @@ def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
         default_section = reader.mapping(section["default_user"], default_path, _LIMIT_KEYS)
         default_user = _limit(reader, default_section, default_path)
         _check_within(reader, default_user, limit, default_path)
-    return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user)
+    cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY})
+    return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user, **cap)
 
 
 def _quotas(reader: _Reader, value: Any) -> Quotas:
     section = reader.mapping(value, "quotas", _QUOTAS)
-    fields = reader.fields(section, "quotas", {"lending": _boolean})
+    fields = reader.fields(section, "quotas", {"lending": _boolean, "max_priority": _MAX_PRIORITY})
     groups = {
         group: _group_quota(reader, item, path)
         for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
@@ -477,7 +502,7 @@ def _namespaces(reader: _Reader, value: Any) -> Mapping[str, tuple[str, str]]:
     for namespace, item, path in reader.entries(value, "namespaces", "namespace"):
         if not _DNS_LABEL.fullmatch(namespace):
             reader.error(path, "not a namespace name (lower-case letters, digits, '-'; ≤ 63)")
-        fields = reader.section(item, path, {"user": _name, "group": _name})
+        fields = reader.section(item, path, {"user": _ident, "group": _ident})
         if item is None or (isinstance(item, Mapping) and not item):
             reader.error(path, "give a user, a group or both")
         owners[namespace] = (fields.get("user", ""), fields.get("group", ""))

@@ -55,11 +55,17 @@ class Limit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupQuota:
-    """A group's quota, and its users' quotas inside it (the group's is the ceiling)."""
+    """A group's quota, and its users' quotas inside it (the group's is the ceiling).
+
+    ``max_priority`` bounds the priority its jobs count with (their ``spec.priority`` is
+    written by users): above it, a job ranks and matches levels as if it said this value.
+    None falls back to :attr:`Quotas.max_priority`.
+    """
 
     limit: Limit = field(default_factory=Limit)
     users: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
     default_user: Limit | None = None
+    max_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +76,7 @@ class Quotas:
 
     groups: Mapping[str, GroupQuota] = field(default_factory=lambda: MappingProxyType({}))
     lending: bool = False
+    max_priority: int | None = None  # for every group without its own (None = unbounded)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

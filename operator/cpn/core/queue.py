@@ -40,8 +40,21 @@ class Ranked:
     index: int  # row of this job in the factor columns (for explanations)
 
 
-def level_of(job: Job, levels: Sequence[Level]) -> int:
-    """Index of the first level whose rules all match ``job`` (last level if none)."""
+def effective_priority(job: Job, policy: QueuePolicy) -> int:
+    """The job's priority bounded by its group's ``max_priority`` (users write the priority;
+    the policy says how high a group may go). Used for levels, the formula and preemption."""
+    quota = policy.quotas.groups.get(job.group)
+    cap = quota.max_priority if quota is not None else None
+    cap = cap if cap is not None else policy.quotas.max_priority
+    return job.priority if cap is None else min(job.priority, cap)
+
+
+def level_of(job: Job, levels: Sequence[Level], priority: int | None = None) -> int:
+    """Index of the first level whose rules all match ``job`` (last level if none).
+
+    ``priority`` is the job's effective priority (see :func:`effective_priority`);
+    ``job.priority`` when not given."""
+    priority = job.priority if priority is None else priority
     for index, level in enumerate(levels):
         if level.groups and job.group not in level.groups:
             continue
@@ -49,7 +62,7 @@ def level_of(job: Job, levels: Sequence[Level]) -> int:
             continue
         if level.queues and job.queue not in level.queues:
             continue
-        if level.min_priority is not None and job.priority < level.min_priority:
+        if level.min_priority is not None and priority < level.min_priority:
             continue
         if level.max_gpus is not None and job.gpus > level.max_gpus:
             continue
@@ -100,7 +113,7 @@ def factor_columns(
         limit = quota.limit.gpus if quota else None
         quota_used.append(usage.get(job.group, 0.0) / limit if limit else 0.0)
     return {
-        "priority": column([float(job.priority) for job in jobs]),
+        "priority": column([float(effective_priority(job, policy)) for job in jobs]),
         "gpus": column(gpus),
         "size": column(gpus),
         "workers": column([float(job.workers) for job in jobs]),
@@ -128,7 +141,9 @@ def _formula_scores(
     scores = compile_formula(policy.formula).evaluate(columns)
     overrides = [lv.formula for lv in policy.levels]
     if any(overrides):
-        levels = np.asarray([level_of(job, policy.levels) for job in jobs])
+        levels = np.asarray(
+            [level_of(job, policy.levels, effective_priority(job, policy)) for job in jobs]
+        )
         for index, text in enumerate(overrides):
             if text and (levels == index).any():
                 scores = np.where(levels == index, compile_formula(text).evaluate(columns), scores)
@@ -181,7 +196,8 @@ def order_jobs(
     scores = np.nan_to_num(scores, nan=0.0, posinf=1e300, neginf=-1e300)
     ranked = []
     for index, job in enumerate(jobs):
-        level = level_of(job, policy.levels) if policy.levels else 0
+        priority = effective_priority(job, policy)
+        level = level_of(job, policy.levels, priority) if policy.levels else 0
         name = policy.levels[level].name if policy.levels else ""
         ranked.append(
             Ranked(job=job, level=level, level_name=name, score=float(scores[index]), index=index)
