@@ -281,12 +281,21 @@ class Roofline:
         return float(max(gpus, 1) ** self.scaling * per_gpu)
 
 
+#: rows :func:`fit_roofline` fits on at most
+ROOFLINE_MAX_ROWS = 5000
+
+
 def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     """:class:`Roofline` fitted by robust least squares on log throughput.
 
     Needs rows of at least two models; otherwise (or if the fit fails) the efficiency
-    alone is fitted (median), with no latency term and linear multi-GPU scaling.
+    alone is fitted (median), with no latency term and linear multi-GPU scaling. Four
+    numbers do not need more than :data:`ROOFLINE_MAX_ROWS` rows: beyond that an evenly
+    spaced subset is used (retraining on raw history stays fast).
     """
+    if len(measurements) > ROOFLINE_MAX_ROWS:
+        step = math.ceil(len(measurements) / ROOFLINE_MAX_ROWS)
+        measurements = measurements[::step]
     flops = np.asarray(
         [
             max(specs.model(m.model, m.input).train_gflops_per_sample, 1e-6) * 1e9
