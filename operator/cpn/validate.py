@@ -292,6 +292,8 @@ def _has_type(value: Json, wanted: str) -> bool:
 
 
 def _fmt(value: float) -> str:
+    if isinstance(value, int) and abs(value) >= 10**16:  # float() of it may overflow
+        return f"an integer of {value.bit_length()} bits"
     return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
 
 
@@ -732,6 +734,8 @@ def per_gpu_type_problems(raw: str) -> list[str]:
         table = json.loads(raw)
     except json.JSONDecodeError as err:
         return [f"not JSON: {err.msg} at character {err.pos}"]
+    except RecursionError:
+        return ["JSON nested too deeply"]
     if not isinstance(table, dict):
         return ['must be a JSON object {"annotation": {"GPU type": "value"}}']
     problems = []

@@ -25,6 +25,7 @@ from cpn.api.policy import parse_policy
 from cpn.api.yamlsafe import YamlError, load_yaml
 from cpn.core.errors import CpnError, FieldError, FormulaError, InvalidSpec, PolicyError
 from cpn.core.formula import compile_formula
+from cpn.validate import main as validate_main
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 CRD = Path(__file__).resolve().parents[2] / "crds" / "aijob.yaml"
@@ -123,6 +124,21 @@ def test_bad_formula_is_refused_by_the_formula_compiler_itself(path: Path) -> No
     assert seconds < TIME_LIMIT_S
     assert isinstance(error, FormulaError), f"{path.name}: {error!r}"
     assert text.removeprefix("invalid formula: ") in str(error) or "a string" in text
+
+
+#: ``cpn validate`` reads YAML as kubectl does (YAML 1.1: ``yes`` is true), so it agrees with
+#: what the hub will store; the operator's own loader refuses it.
+VALIDATE_ACCEPTS = {"suspend-yes.yaml"}
+
+
+@pytest.mark.parametrize("path", [*AIJOBS, *POLICIES], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_cpn_validate_refuses_the_corpus_offline(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cpn validate FILE` exits 1 on every corpus file (but what kubectl reads as valid)."""
+    code = validate_main([str(path)])
+    out = capsys.readouterr().out
+    assert code == (0 if path.name in VALIDATE_ACCEPTS else 1), out
 
 
 def test_reader_keys_match_the_crd_schema() -> None:
