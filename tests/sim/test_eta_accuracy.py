@@ -193,3 +193,22 @@ def test_report_without_eta_has_no_eta_section(tmp_path, capsys):
     text = (tmp_path / "report.md").read_text()
     assert "## Policy comparison" in text and "ETA accuracy" not in text
     assert not (tmp_path / "eta_error.png").exists() and "eta_error.png" not in text
+
+
+def test_philly_comparison_writes_a_report_per_trace(tmp_path, monkeypatch, capsys):
+    """``cpn simulate philly --out DIR`` writes DIR/<trace>/report.md with every policy."""
+    from cpn.sim import compare
+
+    data = tmp_path / "data"
+    (data / "philly").mkdir(parents=True)
+    (data / "philly" / "tiny.csv").write_bytes((DATA / "tiny.csv").read_bytes())
+    (data / "gavel-cluster.yaml").write_bytes((DATA / "small-clusters.yaml").read_bytes())
+    monkeypatch.setattr(compare, "DATA", data)
+    out = tmp_path / "out"
+    compare.main(["--vcs", "tiny", "--estimator", "oracle", "--out", str(out), "--json"])
+    text = (out / "tiny" / "report.md").read_text()
+    for name in ("fifo", "oracle", "default"):
+        assert re.search(rf"^\| {name} \| 40 \| 40 \|", text, re.M)
+    assert "cpn simulate philly --vcs tiny" in text
+    for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (out / "tiny" / image).is_file()
