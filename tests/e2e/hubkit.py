@@ -3,8 +3,12 @@ AIJob manifests, and waits on real objects. Fixtures in each test module stay th
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,6 +18,8 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ServiceException
+from urllib3.exceptions import ProtocolError
 
 from cpn.adapters.kube import client_from_kubeconfig
 from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
@@ -68,9 +74,18 @@ class Hub:
         )
 
     def aijobs(self, namespace: str) -> list[dict[str, Any]]:
-        found = self.custom.list_namespaced_custom_object("cpn.io", "v1alpha1", namespace, "aijobs")
-        items: list[dict[str, Any]] = found["items"]
-        return items
+        """Every AIJob of a namespace, listed in pages (a loaded API server may cut one huge
+        response short)."""
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            page = self.custom.list_namespaced_custom_object(
+                "cpn.io", "v1alpha1", namespace, "aijobs", limit=200, _continue=token
+            )
+            items += page["items"]
+            token = page["metadata"].get("continue")
+            if not token:
+                return items
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         return self.aijob(namespace, name).get("status") or {}
@@ -189,8 +204,13 @@ def wait_status(
 
 
 def phases(hub: Hub, namespace: str) -> Counter[str]:
-    """How many of a namespace's AIJobs are in each phase."""
-    return Counter((i.get("status") or {}).get("phase", "") for i in hub.aijobs(namespace))
+    """How many of a namespace's AIJobs are in each phase (nothing while the hub's API
+    server is too busy to answer: a poll tries again)."""
+    try:
+        items = hub.aijobs(namespace)
+    except (ServiceException, ProtocolError, http.client.IncompleteRead):
+        return Counter()
+    return Counter((i.get("status") or {}).get("phase", "") for i in items)
 
 
 def member_jobs_by_uid(tb: Testbed) -> Counter[str]:
@@ -216,3 +236,22 @@ def printed_table(text: str) -> list[dict[str, str]]:
         cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
         rows.append(dict(zip(names, cells, strict=True)))
     return [dict.fromkeys(names, ""), *rows] if rows else [dict.fromkeys(names, "")]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get(url: str) -> tuple[int, str]:
+    """HTTP GET: (status, body); (0, error) when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as err:
+        return 0, str(err)

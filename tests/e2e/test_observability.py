@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -20,28 +19,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from cpn.decisions import read_log
 from cpn.devbed import stop_process, wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
+from tests.e2e.hubkit import (
+    Hub,
+    aijob,
+    apply,
+    free_port,
+    get,
+    new_namespace,
+    running_hub,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 JOBS = ("obs-a", "obs-b", "obs-c", "obs-d")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError as err:
-        return 0, str(err)
 
 
 def base_url(hub: Hub) -> str:

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
-import uuid
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from cpn.devbed import wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, member_jobs_by_uid, phases, running_hub
+from tests.e2e.hubkit import (
+    Hub,
+    aijob,
+    apply,
+    member_jobs_by_uid,
+    new_namespace,
+    phases,
+    running_hub,
+)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
-JOBS = 200
+#: AIJobs in the soak (the issue's floor is 1,000; CPN_SOAK_JOBS lowers it for a quick look).
+JOBS = int(os.environ.get("CPN_SOAK_JOBS", "1000"))
 
 
 @pytest.fixture(scope="module")
@@ -24,44 +34,49 @@ def crash_hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield hub
 
 
-def test_sigkill_while_200_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) -> None:
-    """Killed three times mid-burst and restarted, the operator completes every AIJob once."""
+def kill(hub: Hub) -> None:
+    hub.proc.send_signal(signal.SIGKILL)
+    hub.proc.wait(timeout=10)
+
+
+def test_sigkill_while_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) -> None:
+    """Killed five times at random points of a burst (one of them while it is starting up
+    again) and restarted, the operator completes every AIJob exactly once."""
     hub = crash_hub
-    namespace = f"crash-{uuid.uuid4().hex[:6]}"
-    hub.core.create_namespace({"metadata": {"name": namespace}})
     rng = random.Random(7)
     docs = [
         aijob(
-            f"j{i:03d}",
+            f"j{i:04d}",
             gpus=rng.choice([1, 1, 2, 4]),
             durations={"A100-80GB": f"{rng.randint(2, 5)}s", "V100-32GB": f"{rng.randint(4, 9)}s"},
         )
         for i in range(JOBS)
     ]
-    assert apply(hub, namespace, *docs).returncode == 0
-    for kill_after in (40, 90, 140):  # AIJobs finished when each kill lands
+    with new_namespace(hub, "crash") as namespace:
+        assert apply(hub, namespace, *docs).returncode == 0
+        marks = sorted(rng.sample(range(JOBS // 20, JOBS * 4 // 5), 4))
+        for n, kill_after in enumerate(marks):  # AIJobs finished when each kill lands
+            wait_until(
+                lambda n=kill_after: phases(hub, namespace)["Succeeded"] >= n,
+                timeout_s=60 + JOBS,
+                what=f"{kill_after} AIJobs Succeeded",
+                every_s=2.0,  # each poll lists every AIJob: keep the hub for the operator
+            )
+            print(f"kill {n + 1} after {kill_after} of {JOBS} AIJobs Succeeded", flush=True)
+            kill(hub)
+            hub.restart()
+            if n == 1:  # once more while it lists, adopts and dispatches after the restart
+                time.sleep(rng.uniform(1.0, 4.0))  # a random point in time, not a condition
+                kill(hub)
+                hub.restart()
         wait_until(
-            lambda n=kill_after: phases(hub, namespace)["Succeeded"] >= n,
-            timeout_s=240,
-            what=f"{kill_after} AIJobs Succeeded",
+            lambda: phases(hub, namespace)["Succeeded"] == JOBS,
+            timeout_s=120 + 2 * JOBS,
+            what=f"all {JOBS} AIJobs Succeeded",
+            every_s=2.0,
         )
-        hub.proc.send_signal(signal.SIGKILL)
-        hub.proc.wait(timeout=10)
-        hub.restart()
-    wait_until(
-        lambda: phases(hub, namespace)["Succeeded"] == JOBS,
-        timeout_s=400,
-        what=f"all {JOBS} AIJobs Succeeded",
-    )
-    uids = {
-        i["metadata"]["uid"]
-        for i in hub.custom.list_namespaced_custom_object(
-            "cpn.io", "v1alpha1", namespace, "aijobs"
-        )["items"]
-    }
-    counts = member_jobs_by_uid(hub.tb)
-    twice = {uid: n for uid, n in counts.items() if uid in uids and n > 1}
-    assert twice == {}, f"AIJobs with more than one member Job: {twice}"
-    assert uids <= set(counts), "every AIJob ran as a member Job"
-    hub.kubectl("delete", "aijobs", "--all", "-n", namespace, "--timeout=120s", check=False)
-    hub.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        uids = {i["metadata"]["uid"] for i in hub.aijobs(namespace)}
+        counts = member_jobs_by_uid(hub.tb)
+        twice = {uid: n for uid, n in counts.items() if uid in uids and n > 1}
+        assert twice == {}, f"AIJobs with more than one member Job: {twice}"
+        assert uids <= set(counts), "every AIJob ran as a member Job"
