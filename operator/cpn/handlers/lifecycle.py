@@ -34,6 +34,9 @@ async def operator_started(
     # Watches are re-established at least this often (fresh resourceVersions).
     settings.watching.server_timeout = 120
     settings.networking.request_timeout = 60
+    # kopf keeps one task (with the object's last event) per AIJob until it has been idle
+    # this long: with thousands of AIJobs written at once, 5 s (the default) holds them all.
+    settings.queueing.idle_timeout = 1.0
     runtime = Runtime(
         config,
         hub_client(),

@@ -46,9 +46,16 @@ from cpn.core.eta import project
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
-from cpn.runtime.store import Record, Store
+from cpn.runtime.store import Packed, Record, Store, unpack
 
 log = logging.getLogger(__name__)
+
+#: Threads for AIJob status patches and Events.
+WRITE_WORKERS = 8
+#: An AIJob's position, score and ETA alone are rewritten at most this often...
+VOLATILE_WRITE_S = 30.0
+#: ...and less often with a long queue: about this many such writes per second in all.
+VOLATILE_WRITES_PER_S = 20.0
 
 EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
 
@@ -79,6 +86,12 @@ class Runtime:
         self.pool = ThreadPoolExecutor(
             max_workers=config.dispatch_workers, thread_name_prefix="cpn-api"
         )
+        # Status patches and Events go through their own threads, so that a burst of them
+        # never queues ahead of member Job creation.
+        self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
+        _widen_pool(hub, config.dispatch_workers + WRITE_WORKERS)
+        self._writer: asyncio.Task[None] | None = None
+        self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
         self.policy_loaded = asyncio.Event()
@@ -96,6 +109,9 @@ class Runtime:
         self._metrics_task: asyncio.Task[None] | None = None
         self._eta_task: asyncio.Task[None] | None = None
         self._eta_at = 0.0
+        self._eta_wall_s = 0.0  # how long the last ETA projection took
+        self._plan_wall_s = 0.0  # how long the last plan_cycle took
+        self._cycle_end = 0.0
         self.observer = Observer(config)
 
     # -- plumbing --------------------------------------------------------------------------
@@ -144,11 +160,14 @@ class Runtime:
                 self.kick()
             return
         user, group = self.owner_of(meta["namespace"])
+        old = self.store.records.get(key)
+        before = (old.uid, old.generation, old.deleting) if old is not None else None
         record = self.store.upsert(body, user=user, group=group)
         record.written = _ours(body.get("status") or {}, record.written)
         if record.job is not None and record.job.suspended and record.active:
             self._suspend_running(record)
-        self.kick()
+        if before != (record.uid, record.generation, record.deleting):
+            self.kick()  # not for our own status writes and finalizer patches
 
     def _suspend_running(self, record: Record) -> None:
         """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
@@ -262,6 +281,7 @@ class Runtime:
                     f"{secret_ref.get('key') or 'kubeconfig'!r}"
                 )
             api = client_from_kubeconfig(base64.b64decode(raw).decode())
+            _widen_pool(api, self.config.dispatch_workers)
         except (ApiException, ValueError) as err:
             reason = getattr(err, "reason", None) or str(err)
             self.member_status[name] = (False, f"kubeconfig: {reason}")
@@ -468,6 +488,11 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
             await asyncio.sleep(self.config.debounce_s)
+            # Pace: plan_cycle (a thread holding the GIL) gets at most half of the time, so
+            # events, dispatches and status writes keep flowing with a long queue.
+            rest = self._plan_wall_s - (time.monotonic() - self._cycle_end)
+            if rest > 0:
+                await asyncio.sleep(rest)
             self._kick.clear()
             if not leading():  # deposed (e.g. paused past the renew deadline): act no more
                 log.error("not the leader any more: no cycle")
@@ -548,12 +573,14 @@ class Runtime:
 
     async def cycle(self) -> CyclePlan:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
+        began = time.perf_counter()
         self._requeue_lost()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
         started = time.perf_counter()
         plan = await asyncio.to_thread(plan_cycle, snapshot)
         wall = time.perf_counter() - started
+        self._plan_wall_s = wall
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
         fields = {
@@ -569,6 +596,8 @@ class Runtime:
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.apply(plan, snapshot)
+        self._cycle_end = time.monotonic()
+        self.observer.cycle_applied(time.perf_counter() - began)
         self._maybe_project()
         return plan
 
@@ -576,7 +605,8 @@ class Runtime:
         """Refresh ETAs in the background, at most every ``eta_interval_s``."""
         if self._eta_task is not None and not self._eta_task.done():
             return
-        if time.monotonic() - self._eta_at < self.config.eta_interval_s:
+        # At most every eta_interval_s, and the projection at most a fifth of the time.
+        if time.monotonic() - self._eta_at < max(self.config.eta_interval_s, 4 * self._eta_wall_s):
             return
         self._eta_at = time.monotonic()
         self._eta_task = asyncio.get_running_loop().create_task(self.refresh_etas())
@@ -587,7 +617,9 @@ class Runtime:
         snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
         if not snapshot.pending:
             return
+        started = time.monotonic()
         projection = await asyncio.to_thread(project, snapshot)
+        self._eta_wall_s = time.monotonic() - started
         for record in self.store.pending():
             found = projection.get(record.key)
             record.eta_start_s = found.start_s if found else None
@@ -661,7 +693,7 @@ class Runtime:
                 record.reason = "InvalidSpec"
                 record.message = record.invalid
                 self._event(record, "InvalidSpec", record.invalid, warning=True)
-        await self.write_all()
+        self._write_all_soon()
 
     async def _dispatch(self, record: Record, start: Start) -> None:
         member = self.members.get(start.cluster)
@@ -826,16 +858,34 @@ class Runtime:
             self.loop.create_task(self.write_status(record))
 
     async def write_status(self, record: Record) -> None:
-        """Merge-patch the AIJob's status with what changed since the last write."""
+        """Merge-patch the AIJob's status with what changed since the last write (one write
+        per AIJob in flight; a change meanwhile is written right after it)."""
+        if record.writing:
+            record.rewrite = True
+            return
+        record.writing = True
+        try:
+            while True:
+                record.rewrite = False
+                await self._write_status(record)
+                if not record.rewrite:
+                    return
+        finally:
+            record.writing = False
+
+    async def _write_status(self, record: Record) -> None:
         if record.deleting or record.key not in self.store.records:
             return
         status = self.render_status(record)
-        patch = merge_patch(record.written, status)
+        record.written_sig = _signature(record)
+        record.written_at = time.monotonic()
+        patch = merge_patch(unpack(record.written), status)
         if not patch:
             return
-        record.written = status
+        record.written = Packed(status)
         try:
-            await self.call(
+            await asyncio.get_running_loop().run_in_executor(
+                self.write_pool,
                 self.custom.patch_namespaced_custom_object_status,
                 k.GROUP,
                 k.VERSION,
@@ -845,17 +895,50 @@ class Runtime:
                 {"status": patch},
             )
         except ApiException as err:
-            record.written = {}
+            record.written, record.written_sig = {}, None
             if err.status != 404:
                 log.warning("status of %s not written: %s", record.key, err.reason)
         except Exception as err:  # the hub is unreachable: the next cycle writes it again
-            record.written = {}
+            record.written, record.written_sig = {}, None
             log.warning("status of %s not written: %s", record.key, err)
 
+    def _write_all_soon(self) -> None:
+        """:meth:`write_all` in the background (the next cycle need not wait for it)."""
+        if self._writer is not None and not self._writer.done():
+            self._write_again = True
+            return
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    async def _write_loop(self) -> None:
+        while True:
+            self._write_again = False
+            try:
+                await self.write_all()
+            except Exception:
+                log.exception("status writes failed; retried after the next cycle")
+            if not self._write_again or self._stopping:
+                return
+
     async def write_all(self) -> None:
-        await asyncio.gather(*(self.write_status(r) for r in list(self.store.records.values())))
+        """Write every AIJob whose status changed in substance; changes only to position,
+        score, ETA or the wait message are written at most every :meth:`volatile_period_s`
+        per AIJob (with thousands waiting they change for all of them every cycle)."""
+        now = time.monotonic()
+        period = self.volatile_period_s()
+        due = [
+            r
+            for r in list(self.store.records.values())
+            if r.written_sig != _signature(r) or now - r.written_at >= period
+        ]
+        await asyncio.gather(*(self.write_status(r) for r in due))
         for name in list(self.members):
             await self.write_member_status(name)
+
+    def volatile_period_s(self) -> float:
+        """Seconds between writes of an AIJob's position, score and ETA alone: 30 s, longer
+        with a long queue (about VOLATILE_WRITES_PER_S such writes per second in all)."""
+        waiting = sum(1 for r in self.store.records.values() if not r.active and not r.finished)
+        return max(VOLATILE_WRITE_S, waiting / VOLATILE_WRITES_PER_S)
 
     async def write_member_status(self, name: str, body: Mapping[str, Any] | None = None) -> None:
         ready, why = self.member_status.get(name, (False, "not probed yet"))
@@ -928,7 +1011,7 @@ class Runtime:
     def _post_event(
         self, body: Mapping[str, Any], reason: str, message: str, warning: bool
     ) -> None:
-        self.pool.submit(post_event, self.hub, body, reason, message, warning)
+        self.write_pool.submit(post_event, self.hub, body, reason, message, warning)
 
     def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
         body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
@@ -969,11 +1052,42 @@ class Runtime:
         if self._policy_informer is not None:
             self._policy_informer.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.write_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _ours(status: Mapping[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+def _signature(record: Record) -> tuple[Any, ...]:
+    """What, when it changes, makes an AIJob's status worth writing at once."""
+    hold = record.hold
+    return (
+        record.phase,
+        record.reason,
+        record.attempts,
+        record.cluster,
+        record.member_job,
+        record.invalid,
+        record.generation,
+        record.start_s,
+        record.finish_s,
+        record.not_before_s,
+        record.eta_start_s is None,
+        hold is None or not hold.position,
+        hold.level if hold else "",
+    )
+
+
+def _widen_pool(api: client.ApiClient, size: int) -> None:
+    """Let ``size`` threads share the client's connections (urllib3 keeps 10 per host by
+    default and drops the rest, so bursts opened a new TLS connection per call)."""
+    manager = getattr(api.rest_client, "pool_manager", None)
+    if manager is not None:
+        manager.connection_pool_kw["maxsize"] = max(
+            size, manager.connection_pool_kw.get("maxsize") or 0
+        )
+
+
+def _ours(status: Mapping[str, Any], written: Mapping[str, Any]) -> Mapping[str, Any]:
     """What the object's status says of the fields we write (so we diff against the truth)."""
-    return {key: value for key, value in status.items()} if status else written
+    return Packed(status) if status else written
 
 
 def _pod_done(obj: Mapping[str, Any] | None) -> bool:

@@ -124,6 +124,13 @@ class OperatorMetrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.cycle_total = Histogram(
+            "cpn_cycle_total_seconds",
+            "Wall time of a whole cycle: snapshot, plan_cycle, preemptions and dispatches "
+            "(status writes and the ETA projection follow in the background)",
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
         self.cycles = Counter("cpn_cycles", "Scheduling cycles run", registry=r)
         self.last_cycle = Gauge(
             "cpn_last_cycle_timestamp_seconds", "When the last cycle ended (epoch)", registry=r
@@ -410,6 +417,10 @@ class Observer:
         except Exception:  # the log must never stop scheduling
             self.metrics.decision_log_errors.inc()
             log.exception("decision record of cycle %s not written", number)
+
+    def cycle_applied(self, total_s: float) -> None:
+        """A cycle's plan has been carried out, ``total_s`` after the cycle began."""
+        self.metrics.cycle_total.observe(total_s)
 
     def dispatched(self, record: Record) -> None:
         if record.job is not None:

@@ -8,7 +8,8 @@ is the truth.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +23,40 @@ from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import QueuePolicy
 
 ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
+
+
+class Packed(Mapping[str, Any]):
+    """A JSON object kept as compact UTF-8 bytes and decoded when read: an AIJob's body
+    and last written status take about a fifth of the memory of the same dicts (which
+    matters with 10,000 AIJobs). Each read decodes; call :func:`unpack` once for many."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._raw = json.dumps(data, separators=(",", ":")).encode()
+
+    def unpack(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self._raw)
+        return data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.unpack()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.unpack())
+
+    def __len__(self) -> int:
+        return len(self.unpack())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and unpack(self) == unpack(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def unpack(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain dict of ``data`` (decoded once when it is :class:`Packed`)."""
+    return data.unpack() if isinstance(data, Packed) else dict(data)
 
 
 @dataclass(slots=True)
@@ -56,7 +91,11 @@ class Record:
     hold: Hold | None = None
     eta_start_s: float | None = None
     eta_finish_s: float | None = None
-    written: dict[str, Any] = field(default_factory=dict)  # last status we patched
+    written: Mapping[str, Any] = field(default_factory=dict)  # last status we patched
+    written_sig: tuple[Any, ...] | None = None  # what the last write was about (engine)
+    written_at: float = 0.0  # time.monotonic() of the last write
+    writing: bool = False  # a status write is in flight
+    rewrite: bool = False  # the record changed while it was
     deleting: bool = False
     observed: bool = False  # its member Job has been seen since dispatch
 
@@ -81,6 +120,8 @@ class Store:
 
     def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
         """Add or refresh a record from the AIJob object (restoring state from its status)."""
+        if isinstance(body, Packed):
+            body = body.unpack()
         meta = body["metadata"]
         key = job_key(body)
         generation = int(meta.get("generation") or 0)
@@ -94,7 +135,7 @@ class Store:
                 name=meta["name"],
                 uid=meta["uid"],
                 generation=-1,
-                body=body,
+                body=Packed(slim(body)),
                 user=user,
                 group=group,
             )
@@ -106,7 +147,7 @@ class Store:
             self._by_uid[record.uid] = key
         record.deleting = bool(meta.get("deletionTimestamp"))
         if record.generation != generation or record.user != user or record.group != group:
-            record.body = body
+            record.body = Packed(slim(body))
             record.generation = generation
             record.user, record.group = user, group
             self._parse(record)
@@ -114,7 +155,7 @@ class Store:
 
     def _parse(self, record: Record) -> None:
         try:
-            job = parse_aijob(record.body, user=record.user, group=record.group)
+            job = parse_aijob(unpack(record.body), user=record.user, group=record.group)
         except (InvalidSpec, ValueError, TypeError, KeyError) as err:
             record.job = None
             record.invalid = str(err)
@@ -213,6 +254,15 @@ class Store:
             clusters=tuple(clusters),
             bandwidth_gbps=bandwidth,
         )
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a record keeps of an AIJob: no status (it lives in the record), no managedFields
+    (the largest part of the metadata), and not the watch event's whole object."""
+    meta = {key: value for key, value in body["metadata"].items() if key != "managedFields"}
+    out = {key: value for key, value in body.items() if key not in {"metadata", "status"}}
+    out["metadata"] = meta
+    return out
 
 
 def _restore(record: Record, status: Mapping[str, Any]) -> None:

@@ -1,0 +1,159 @@
+"""Benchmark: operator memory (and whole-cycle time) with many AIJobs on the hub.
+
+On the bench test bed (2,160 fake GPUs): ``--n`` AIJobs of 8 GPUs each (1 h simulated
+run) are created on the hub, then ``cpn run`` starts and takes them all in; 270 fit and
+run, the rest wait (the realistic case). After the operator has caught up, its RSS is
+sampled for ``--steady-s`` seconds. Prints steady RSS (median), peak RSS (VmHWM), how
+many AIJobs are pending and running, and the cycles seen meanwhile: plan_cycle wall time
+(cpn_cycle_duration_seconds on /metrics) and the gap between cycle starts (whole cycle:
+snapshot, plan, dispatch, status writes, under kicks).
+
+    CPN_TESTBED_DIR=... CPN_TESTBED_PORT_BASE=... python bench/bench_memory.py [--n 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from benchbed import (
+    POLICY,
+    Operator,
+    aijob,
+    bed,
+    bed_down,
+    machine,
+    operator_cycles,
+    percentile,
+    pyspy,
+    wait_until,
+)
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cpn.adapters.kube import client_from_kubeconfig
+from cpn.devbed import bootstrap_testbed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per AIJob")
+    parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--keep-bed", action="store_true")
+    parser.add_argument("--profile", type=Path, help="py-spy speedscope file of the operator")
+    parser.add_argument("--profile-s", type=int, default=120)
+    parser.add_argument("--json", action="store_true", help="(output is always JSON)")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="cpn-bench-memory-"))
+    out: dict[str, Any] = {"bench": "memory", "n": args.n, "gpus_each": args.gpus}
+    tb = bed(args.keep_bed)
+    op = None
+    spy = None
+    try:
+        bootstrap_testbed(tb, policy_yaml=POLICY)
+        custom = client.CustomObjectsApi(client_from_kubeconfig(tb.kubeconfig("hub").read_text()))
+        core = client.CoreV1Api(client_from_kubeconfig(tb.kubeconfig("hub").read_text()))
+        namespaces = [f"mem-{i}" for i in range(10)]  # ten tenants
+        reuse = False
+        for name in namespaces:
+            try:
+                core.create_namespace({"metadata": {"name": name}})
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                reuse = True  # a kept bed from an earlier run: its AIJobs are there
+        t0 = time.monotonic()
+
+        def create(i: int) -> None:
+            custom.create_namespaced_custom_object(
+                "cpn.io",
+                "v1alpha1",
+                namespaces[i % len(namespaces)],
+                "aijobs",
+                aijob(f"m{i:05d}", gpus=args.gpus),
+            )
+
+        if reuse:
+            out["reused_aijobs_of_an_earlier_run"] = True
+        else:
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(create, range(args.n)))
+            out["hub_create_s"] = round(time.monotonic() - t0, 1)
+
+        started = time.monotonic()
+        op = Operator(tb, folder / "operator.log")
+        spy = pyspy(op.proc.pid, args.profile_s, args.profile) if args.profile else None
+        samples: list[float] = []
+
+        def caught_up() -> bool:
+            # The operator's own count (its log's cycle lines): listing 10,000 AIJobs with
+            # their status would load the hub more than the operator does.
+            samples.append(op.rss_mib()[0])  # type: ignore[union-attr]
+            cycles = operator_cycles(op.log)  # type: ignore[union-attr]
+            last = cycles[-1] if cycles else {}
+            return bool(last) and last["pending"] + last["running"] >= args.n
+
+        wait_until(caught_up, timeout_s=1800, what="every AIJob queued or running", every_s=2)
+        out["operator_caught_up_s"] = round(time.monotonic() - started, 1)
+        cycles_before = len(operator_cycles(op.log))
+        metrics_before = op.metrics()
+        steady: list[float] = []
+        end = time.monotonic() + args.steady_s
+        while time.monotonic() < end:
+            steady.append(op.rss_mib()[0])
+            time.sleep(1.0)
+        rss, hwm = op.rss_mib()
+        metrics_after = op.metrics()
+        cycles = operator_cycles(op.log)
+        out["aijobs"] = {"pending": cycles[-1]["pending"], "running": cycles[-1]["running"]}
+        out["operator_log_warnings"] = sum(
+            1 for line in op.log.read_text(errors="replace").splitlines() if "not written" in line
+        )
+        out["operator_rss_mib"] = {
+            "steady_median": round(statistics.median(steady), 1),
+            "steady_max": round(max(steady), 1),
+            "peak_vmhwm": round(hwm, 1),
+        }
+        out["aim"] = "under 300 MB"
+        name = "cpn_cycle_duration_seconds"
+        count = metrics_after.get(f"{name}_count", 0) - metrics_before.get(f"{name}_count", 0)
+        total = metrics_after.get(f"{name}_sum", 0) - metrics_before.get(f"{name}_sum", 0)
+        walls = [c["wall_s"] for c in cycles[cycles_before:]]
+        out["cycles_while_steady"] = {
+            "count": int(count),
+            "plan_cycle_mean_s": round(total / count, 3) if count else None,
+            "plan_cycle_p50_s": round(percentile(walls, 0.5), 3) if walls else None,
+            "plan_cycle_max_s": round(max(walls), 3) if walls else None,
+            "pending_last": cycles[-1].get("pending") if cycles else None,
+            "whole_cycle_mean_s": round(args.steady_s / count, 3) if count else None,
+        }
+        whole = [k for k in metrics_after if k.startswith("cpn_cycle_total_seconds")]
+        if whole:
+            c = metrics_after.get("cpn_cycle_total_seconds_count", 0) - metrics_before.get(
+                "cpn_cycle_total_seconds_count", 0
+            )
+            s = metrics_after.get("cpn_cycle_total_seconds_sum", 0) - metrics_before.get(
+                "cpn_cycle_total_seconds_sum", 0
+            )
+            out["cycles_while_steady"]["whole_cycle_mean_s"] = round(s / c, 3) if c else None
+        out["operator_rss_mib"]["at_end"] = round(rss, 1)
+        if spy is not None:
+            spy.wait()
+    finally:
+        if op is not None:
+            op.stop()
+        bed_down(tb)
+    out["machine"] = machine()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
