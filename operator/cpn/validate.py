@@ -721,7 +721,8 @@ def aijob_meaning(body: Mapping[str, Json]) -> list[tuple[str, str]]:
                     checker.error(join(where, field), "required value (a non-empty string)")
     elif containers is not None:
         checker.error("spec.template.spec.containers", "must be a list")
-    return found + checker.errors
+    reported = {path for path, _ in found}  # the operator's reader already named these
+    return found + [error for error in checker.errors if error[0] not in reported]
 
 
 def per_gpu_type_problems(raw: str) -> list[str]:

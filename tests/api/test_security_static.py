@@ -139,3 +139,11 @@ def test_kubeconfig_yaml_bombs_are_refused() -> None:
     """The Secret's text goes through the safe loader: anchors and aliases are refused."""
     problems = kubeconfig_problems("a: &a [1]\nb: *a\n")
     assert problems and "not accepted as YAML" in problems[0]
+
+
+def test_member_secret_template_passes_the_check() -> None:
+    """The kubeconfig in manifests/members/example/secret.yaml holds only inline credentials."""
+    secret = yaml.safe_load(
+        (ROOT / "manifests" / "members" / "example" / "secret.yaml").read_text()
+    )
+    assert kubeconfig_problems(secret["stringData"]["kubeconfig"]) == []

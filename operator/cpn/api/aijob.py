@@ -82,6 +82,14 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+:-]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
 _KEY = re.compile(r"[A-Za-z0-9_-]+")
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    dict: "object",
+    list: "array",
+    type(None): "null",
+}
 _REPR = reprlib.Repr()
 _REPR.maxstring = 60
 _REPR.maxother = 60
@@ -313,13 +321,39 @@ def _template(reader: _Reader, template: Any) -> None:
     containers = pod.get("containers") if isinstance(pod, Mapping) else None
     if not isinstance(containers, list) or not containers:
         reader.error("spec.template.spec.containers", "at least one container")
-    elif not all(isinstance(c, Mapping) for c in containers):
-        reader.error("spec.template.spec.containers", "each container must be a mapping")
+    else:
+        for index, container in enumerate(containers):
+            where = f"spec.template.spec.containers[{index}]"
+            if not isinstance(container, Mapping):
+                reader.error(where, f"expected a mapping, got {_kind(container)}")
+                continue
+            for field in ("name", "image"):  # the member's API server refuses a Job without
+                if not isinstance(container.get(field), str) or not container[field]:
+                    reader.error(f"{where}.{field}", "required value (a non-empty string)")
     meta = template.get("metadata")
+    if isinstance(meta, Mapping):
+        for field in ("labels", "annotations"):
+            _string_map(reader, meta.get(field), f"spec.template.metadata.{field}")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     raw = annotations.get(k.ANNOTATION_PER_GPU_TYPE) if isinstance(annotations, Mapping) else None
     if raw is not None:
         _per_gpu_type(reader, raw)
+
+
+def _string_map(reader: _Reader, value: Any, path: str) -> None:
+    """Labels and annotations: the member's API server takes only strings (checked here, so
+    the job is refused at once instead of failing at every dispatch)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        reader.error(path, f"expected a mapping of strings, got {_kind(value)}")
+        return
+    for key, item in value.items():
+        if not isinstance(item, str):
+            kind = _JSON_TYPES.get(type(item), type(item).__name__)
+            reader.error(
+                _join(path, str(key)), f"must be a string, got {kind} {_short(item)} (quote it)"
+            )
 
 
 def _per_gpu_type(reader: _Reader, raw: Any) -> None:
