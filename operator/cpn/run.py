@@ -12,8 +12,11 @@ import argparse
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import kopf
 
@@ -49,7 +52,13 @@ def main(argv: Sequence[str]) -> int:
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     if config.leader_election:
+        # A standby answers its liveness probe while it waits, or the kubelet would
+        # restart it over and over; kopf serves the same endpoint once this one leads.
+        standby = _standby_health(args.liveness) if args.liveness else None
         _lead(config.namespace, config.lease_duration_s)
+        if standby is not None:
+            standby.shutdown()
+            standby.server_close()
     kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness)
     return 0
 
@@ -70,3 +79,23 @@ def _lead(namespace: str, duration_s: float) -> None:
     renewer = Renewer(lease, lost)
     install(renewer)
     renewer.start()
+
+
+def _standby_health(url: str) -> ThreadingHTTPServer:
+    """Answer 200 "standby" on the liveness endpoint's address (any path) in a thread."""
+    where = urlsplit(url)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"standby: waiting for the lease\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer((where.hostname or "127.0.0.1", where.port or 80), Handler)
+    threading.Thread(target=server.serve_forever, name="standby-health", daemon=True).start()
+    return server

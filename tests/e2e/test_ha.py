@@ -21,7 +21,16 @@ from cpn.adapters.kube import client_from_kubeconfig
 from cpn.adapters.lease import Lease, Renewer
 from cpn.devbed import start_operator, stop_process, wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
+from tests.e2e.hubkit import (
+    Hub,
+    aijob,
+    apply,
+    free_port,
+    get,
+    new_namespace,
+    running_hub,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -44,13 +53,15 @@ def leads(log: Path) -> bool:
 class Pair:
     """Two replicas of the operator, each with its own log."""
 
-    def __init__(self, hub: Hub, folder: Path) -> None:
+    def __init__(self, hub: Hub, folder: Path, health: list[str]) -> None:
         self.hub = hub
+        self.health = health  # each replica's liveness endpoint
         self.logs = [hub.log, folder / "replica-2.log"]
-        self.procs: list[subprocess.Popen[bytes]] = [
-            hub.proc,
-            start_operator(hub.kubeconfig, self.logs[1], args=hub.args, **hub.settings),
-        ]
+        self.procs: list[subprocess.Popen[bytes]] = [hub.proc, self.start(1)]
+
+    def start(self, i: int) -> subprocess.Popen[bytes]:
+        args = ("--leader-elect", "--liveness", self.health[i])
+        return start_operator(self.hub.kubeconfig, self.logs[i], args=args, **self.hub.settings)
 
     def leader(self) -> int:
         """Index of the replica that holds the Lease (waits for one)."""
@@ -66,8 +77,10 @@ class Pair:
 def pair(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     folder = tmp_path_factory.mktemp("ha")
     settings = {"lease_duration_s": DURATION_S}
-    with running_hub(testbed, folder, args=("--leader-elect",), **settings) as hub:
-        pair = Pair(hub, folder)
+    health = [f"http://127.0.0.1:{free_port()}/healthz" for _ in range(2)]
+    args = ("--leader-elect", "--liveness", health[0])
+    with running_hub(testbed, folder, args=args, **settings) as hub:
+        pair = Pair(hub, folder, health)
         try:
             yield pair
         finally:
@@ -87,6 +100,10 @@ def test_killed_leader_is_replaced_and_no_cycle_runs_on_both(pair: Pair) -> None
         wait_status(hub, ns, "before", timeout_s=90, phase="Succeeded")
         assert cycles(pair.logs[first]) > 0
         assert cycles(pair.logs[standby]) == 0, "the standby must not schedule"
+        # Both answer their liveness probes (a standby that did not would be restarted
+        # by the kubelet again and again).
+        assert get(pair.health[standby]) == (200, "standby: waiting for the lease\n")
+        assert get(pair.health[first])[0] == 200
         holder, transitions = lease_holder(hub)
         killed_at = time.monotonic()
         pair.procs[first].send_signal(signal.SIGKILL)
@@ -101,9 +118,7 @@ def test_killed_leader_is_replaced_and_no_cycle_runs_on_both(pair: Pair) -> None
         wait_status(hub, ns, "after", timeout_s=120, phase="Succeeded")
         assert cycles(pair.logs[standby]) > 0
     # The killed replica comes back as the standby.
-    pair.procs[first] = start_operator(
-        hub.kubeconfig, pair.logs[first], args=hub.args, **hub.settings
-    )
+    pair.procs[first] = pair.start(first)
 
 
 def test_paused_leader_is_deposed_and_acts_no_more(pair: Pair) -> None:
