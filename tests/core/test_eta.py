@@ -9,7 +9,7 @@ from statistics import NormalDist
 import pytest
 
 from cpn.core.cycle import plan_cycle
-from cpn.core.eta import overrun_end_s, project
+from cpn.core.eta import expected_end_s, project
 from cpn.core.model import Estimate, frozen_map
 from cpn.core.presets import preset_policy
 from tests.builders import cluster, job, nodes, running, snapshot
@@ -79,24 +79,29 @@ def test_until_stops_once_the_wanted_jobs_are_placed():
     assert len(calls) < whole
 
 
-def test_overrunning_job_with_uncertainty_ends_at_its_conditional_median():
-    """A job past its predicted end, whose estimate states a spread, is expected to run on
-    to the median of its runtime law given it survived so far, not to end at once."""
+def test_running_job_with_uncertainty_ends_at_its_conditional_median():
+    """A running job whose estimate states a spread is expected to end at the median of its
+    runtime law given it survived so far: later than planned, more so once it overran."""
     c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
     spread = job("r", gpus=8)
     estimate = Estimate(
         runtime_s=frozen_map({A100: 100.0}), high_s=frozen_map({A100: 100.0 * math.exp(1.2816)})
     )
     r = running(replace(spread, estimate=estimate), "m", A100, ("m-0",), start_s=0, end_s=100)
-    out = project(
-        snapshot(jobs=[job("a", gpus=8, runtime_s=10)], clusters=[c], running_jobs=[r], now_s=200)
-    )
-    # sigma = 1: P(T <= 200) = Phi(ln 2); median given T > 200 is at q = (1 + Phi(ln 2)) / 2.
-    q = (1 + NormalDist().cdf(math.log(2))) / 2
-    want = 100 * math.exp(NormalDist().inv_cdf(q))
-    assert out["a"].start_s > 200 and out["a"].start_s == pytest.approx(want, rel=1e-3)
-    assert overrun_end_s(r, 200) == pytest.approx(want, rel=1e-3)
-    early = project(
-        snapshot(jobs=[job("a", gpus=8, runtime_s=10)], clusters=[c], running_jobs=[r], now_s=50)
-    )
-    assert early["a"].start_s == 100  # not yet overrunning: its predicted end stands
+
+    def eta_at(now_s: float) -> float:
+        s = snapshot(
+            jobs=[job("a", gpus=8, runtime_s=10)], clusters=[c], running_jobs=[r], now_s=now_s
+        )
+        return project(s)["a"].start_s
+
+    def conditional_median(elapsed_s: float) -> float:
+        # sigma = 1: P(T <= e) = Phi(ln(e / 100)); the median given T > e is at (1 + that) / 2.
+        q = (1 + NormalDist().cdf(math.log(elapsed_s / 100))) / 2
+        return 100 * math.exp(NormalDist().inv_cdf(q))
+
+    assert eta_at(200) > 200 and eta_at(200) == pytest.approx(conditional_median(200), rel=1e-3)
+    assert 100 < eta_at(50) < eta_at(200)
+    assert eta_at(50) == pytest.approx(conditional_median(50), rel=1e-3)
+    assert eta_at(0) == 100  # just started: its planned end
+    assert expected_end_s(r, 50) == pytest.approx(conditional_median(50), rel=1e-3)

@@ -10,10 +10,11 @@ The MILP is swapped for the greedy placement (the projection runs many
 cycles; on Gavel's Philly traces keeping it changed no ETA and cost five times
 more) and preemption is left out (a projection must not stop anything).
 
-A running job already past its predicted end is expected to end at its
-conditional median given that it is still running, under the log-normal
-runtime its estimate states (median and 90th percentile on its GPU type); one
-with no stated uncertainty, a moment from now.
+A running job is expected to end at the median of its runtime given that it
+is still running, under the log-normal law its estimate states (median and
+90th percentile on its GPU type): its predicted end early on, later as it
+runs on. One with no stated spread ends at its predicted end, or a moment from
+now once past it.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def _free_nodes(snapshot: Snapshot, delta: Delta) -> Snapshot:
     return replace(snapshot, clusters=clusters)
 
 
-def overrun_end_s(item: Running, now_s: float) -> float:
-    """Expected end of a running job past its predicted end (see the module docstring).
+def expected_end_s(item: Running, now_s: float) -> float:
+    """When a job running at ``now_s`` is expected to end (see the module docstring).
 
     Its planned duration d = predicted end - start is taken as the median of a
     log-normal whose spread comes from the estimate's high/median ratio on its
@@ -88,10 +89,10 @@ def overrun_end_s(item: Running, now_s: float) -> float:
     median = item.job.estimate.on(item.gpu_type)
     high = item.job.estimate.high_s.get(item.gpu_type)
     planned = item.predicted_end_s - item.start_s
-    if not median or not high or high <= median or planned <= 0:
-        return fallback
-    sigma = math.log(high / median) / _Z90
     elapsed = now_s - item.start_s
+    if not median or not high or high <= median or planned <= 0 or elapsed <= 0:
+        return max(item.predicted_end_s, fallback)
+    sigma = math.log(high / median) / _Z90
     survived = _NORMAL.cdf(math.log(elapsed / planned) / sigma)
     q = min(survived + (1.0 - survived) / 2.0, 1.0 - 1e-12)
     end = item.start_s + planned * math.exp(sigma * _NORMAL.inv_cdf(q))
@@ -123,11 +124,8 @@ def project(
     )
     now = snapshot.now_s
     pending: dict[str, Job] = {j.key: j for j in snapshot.pending if not j.suspended}
-    # Jobs already past their predicted end: their median end given they still run.
-    running = [
-        r if r.predicted_end_s > now else replace(r, predicted_end_s=overrun_end_s(r, now))
-        for r in snapshot.running
-    ]
+    # Running jobs end at their median end given they still run (a moment from now at least).
+    running = [replace(r, predicted_end_s=expected_end_s(r, now)) for r in snapshot.running]
     delta: Delta = {}
     state = replace(snapshot, policy=policy)
     out: dict[str, Projection] = {}
