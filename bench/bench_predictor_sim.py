@@ -23,6 +23,7 @@ GPU type of the job's trace) was from the truth, for the first and the second ha
 those jobs by arrival (the learning curve).
 
     python bench/bench_predictor_sim.py [--trace T.csv] [--jobs N] [--holdout a,b] [--sigma S]
+        [--unseen-runtime high|median] [--skip RUN,...]
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def run_holdout(
     policy: str = "default",
     retrain_every: int = 200,
     seed: int = 0,
+    unseen_runtime: str = "high",
 ) -> tuple[dict[str, Any], Recording, TrueRuntime]:
     """``policy`` with a predictor that never saw ``holdout`` benchmarked (metrics, log, truth).
 
@@ -116,6 +118,7 @@ def run_holdout(
             reference_gpu=truth.reference_gpu,
             retrain_every=retrain_every,
             seed=seed,
+            unseen_runtime=unseen_runtime,
         ),
         holdout,
     )
@@ -168,6 +171,12 @@ def main() -> int:
     p.add_argument("--sigma", type=float, default=0.5)
     p.add_argument("--retrain-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--unseen-runtime",
+        choices=("high", "median"),
+        default="high",
+        help="an unseen model's runtime: the high quantile (default) or the median",
+    )
     p.add_argument("--skip", default="", help="runs to skip, comma-separated (e.g. sjf+noisy)")
     args = p.parse_args()
     trace = read_trace(args.trace)
@@ -202,7 +211,12 @@ def main() -> int:
     if label not in skip:
         started = time.perf_counter()
         metrics, rec, truth = run_holdout(
-            trace, clusters, holdout, retrain_every=args.retrain_every, seed=args.seed
+            trace,
+            clusters,
+            holdout,
+            retrain_every=args.retrain_every,
+            seed=args.seed,
+            unseen_runtime=args.unseen_runtime,
         )
         runs[label] = metrics | {"run_s": round(time.perf_counter() - started, 1)}
         extra = estimate_errors(rec, trace, truth)
@@ -240,6 +254,7 @@ def main() -> int:
                 "jobs": len(trace),
                 "holdout": sorted(holdout),
                 "sigma": args.sigma,
+                "unseen_runtime": args.unseen_runtime,
                 "runs": summary,
                 "held_out_estimates": extra,
             }

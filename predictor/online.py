@@ -123,9 +123,12 @@ class PredictorEstimator:
         reference_gpu: str = "V100-16GB",
         default_s: float = DEFAULT_ESTIMATE_S,
         seed: int = 0,
+        unseen_runtime: str = "high",
     ) -> None:
         if retrain not in {"sync", "thread", "off"}:
             raise ValueError(f"retrain must be sync, thread or off, not {retrain!r}")
+        if unseen_runtime not in {"high", "median"}:
+            raise ValueError(f"unseen_runtime must be high or median, not {unseen_runtime!r}")
         if retrain_every < 1:
             raise ValueError("retrain_every must be >= 1")
         if isinstance(table, str | Path):
@@ -138,6 +141,9 @@ class PredictorEstimator:
         self.seed = seed
         self.reference_gpu = _gpu(reference_gpu)
         self.default_s = default_s
+        #: what an unseen model's runtime is: the high quantile (conservative, default)
+        #: or the median (``high_s`` is then the high quantile); it is flagged either way
+        self.unseen_runtime = unseen_runtime
         self.retrains = 0
         self._base = measurements_from_table(self.table)
         if artifact is not None:
@@ -264,7 +270,7 @@ class PredictorEstimator:
                 high_s = amount / (low * math.exp(corr))
                 if n >= 3:
                     high_s = median_s * math.exp(_Z90 * max(spread, 0.05))
-                if unseen:
+                if unseen and self.unseen_runtime == "high":
                     median_s, high_s = high_s, high_s * high_s / median_s
                 runtime[name] = median_s
                 high[name] = high_s

@@ -60,6 +60,18 @@ def test_unseen_model_is_conservative_and_flagged(shared):
     assert t4.high_s["T4"] > t4.runtime_s["T4"]
 
 
+def test_unseen_runtime_median_keeps_the_flag_and_the_high_quantile(shared):
+    """unseen_runtime="median" gives the median as runtime, the high quantile as high_s."""
+    job = _job("u", "bert-base", batch_size=32, dataset_samples=100_000, epochs=1)
+    median = PredictorEstimator(retrain="off", unseen_runtime="median").estimate(job, ["T4"])
+    high = shared.estimate(job, ["T4"])
+    assert median.unseen and high.unseen
+    assert median.runtime_s["T4"] < high.runtime_s["T4"]
+    assert median.high_s["T4"] == pytest.approx(high.runtime_s["T4"])
+    with pytest.raises(ValueError, match="unseen_runtime"):
+        PredictorEstimator(retrain="off", unseen_runtime="low")
+
+
 def test_unknown_gpu_and_model_never_raise(shared):
     """Names nobody knows still give an estimate for every requested type."""
     job = _job("x", "totally-new-net", steps=10, batch_size=8)
