@@ -92,6 +92,14 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # Refuse deep [ and { nesting while scanning: PyYAML looks up to 1,024 characters
+        # ahead for a possible key at every level, which costs about a second per document
+        # of nested brackets before compose_node would see the depth.
+        if self.flow_level >= MAX_DEPTH:
+            raise _refuse(f"nesting deeper than {MAX_DEPTH}", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
