@@ -21,6 +21,7 @@ import enum
 import json
 import logging
 import logging.handlers
+import os
 import sys
 import types
 import typing
@@ -197,7 +198,7 @@ class DecisionLog:
         else:
             path = Path(destination)
             path.parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.handlers.RotatingFileHandler(
+            handler = _PrivateRotatingFileHandler(
                 path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
             )
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -219,6 +220,15 @@ class DecisionLog:
     def close(self) -> None:
         self._logger.removeHandler(self._handler)
         self._handler.close()
+
+
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Log files readable by their owner only: the log holds every namespace's jobs."""
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)  # also when the file existed with wider rights
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 def open_log(

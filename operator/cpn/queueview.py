@@ -105,13 +105,23 @@ def main(argv: Sequence[str]) -> int:
         if args.kubeconfig
         else (hub_client())
     )
+    from kubernetes.client.exceptions import ApiException
+
     custom: Any = client.CustomObjectsApi(api)
-    if args.namespace:
-        result = custom.list_namespaced_custom_object(
-            k.GROUP, k.VERSION, args.namespace, k.AIJOB_PLURAL
-        )
-    else:
-        result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
+    try:
+        if args.namespace:
+            result = custom.list_namespaced_custom_object(
+                k.GROUP, k.VERSION, args.namespace, k.AIJOB_PLURAL
+            )
+        else:
+            result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        where = f"namespace {args.namespace}" if args.namespace else "all namespaces"
+        hint = "" if args.namespace else "; try -n NAMESPACE for one you may read"
+        print(f"cpn queue: you may not list AIJobs in {where}{hint}", file=sys.stderr)
+        return 1
     rows = rows_from(result.get("items") or [], queue=args.queue, include_finished=args.all)
     if args.output == "json":
         print(json.dumps(rows, indent=1))

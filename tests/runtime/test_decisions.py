@@ -123,6 +123,23 @@ def test_log_rotates_by_size(tmp_path: Path) -> None:
     assert cycles == sorted(cycles) and cycles[-1] == 29
 
 
+def test_log_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    """The log holds every namespace's jobs: the file and its rotations are mode 0600, even
+    when the file existed with wider rights."""
+    path = tmp_path / "decisions.jsonl"
+    path.write_text("")
+    path.chmod(0o644)
+    log = DecisionLog(str(path), max_bytes=4000, backups=2)
+    snap = snapshot(jobs=[job("a")], clusters=[cluster("c", nodes("c", 1))])
+    plan = plan_cycle(snap)
+    for number in range(1, 30):
+        log.write(number, 0.01, snap, plan)
+    log.close()
+    files = [path, *tmp_path.glob("decisions.jsonl.*")]
+    assert len(files) == 3
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o600}
+
+
 def test_stdout_destination_and_off(capsys: object) -> None:
     """ "-" writes records to standard output; "" turns the log off."""
     assert open_log("") is None
