@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=16, help="client threads (both phases)")
     parser.add_argument("--keep-bed", action="store_true", help="leave the bed running")
-    parser.add_argument("--profile", type=Path, help="py-spy speedscope file of the operator")
+    parser.add_argument("--profile", type=Path, help="py-spy output (collapsed stacks)")
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cpn-bench-dispatch-"))

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchbed import UID_LABEL, JobWatch, aijob, machine, operator_on_bed, percentile
+from benchbed import UID_LABEL, JobWatch, aijob, machine, operator_on_bed, percentile, pyspy
 
 
 def main() -> int:
@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--duration", default="30s", help="simulated runtime of each job")
     parser.add_argument("--keep-bed", action="store_true")
+    parser.add_argument("--profile", type=Path, help="py-spy file of the operator (raw format)")
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()
     n = int(args.rate * args.seconds)
@@ -52,6 +53,7 @@ def main() -> int:
             with lock:
                 submitted[uid] = before
 
+        spy = pyspy(op.proc.pid, int(args.seconds), args.profile) if args.profile else None
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             for i in range(n):
@@ -63,6 +65,8 @@ def main() -> int:
                     late += 1
                 pool.submit(submit, i)
         submit_span = time.monotonic() - t0
+        if spy is not None:
+            spy.wait()
         watcher.wait_count(n, timeout_s=300)
         watcher.stop()
         latencies = [watcher.seen[uid] - t for uid, t in submitted.items()]

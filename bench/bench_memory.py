@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per AIJob")
     parser.add_argument("--steady-s", type=float, default=60.0)
     parser.add_argument("--keep-bed", action="store_true")
-    parser.add_argument("--profile", type=Path, help="py-spy speedscope file of the operator")
+    parser.add_argument("--profile", type=Path, help="py-spy output (collapsed stacks)")
     parser.add_argument("--profile-s", type=int, default=120)
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()

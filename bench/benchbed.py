@@ -338,14 +338,15 @@ def operator_on_bed(keep: bool, log: Path, **settings: object) -> Iterator[Opera
 
 
 def pyspy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None:
-    """Sample the operator with py-spy when it is installed (profiling aid, optional)."""
+    """Sample the operator with py-spy when it is installed (profiling aid, optional):
+    collapsed stacks, one line each with its sample count."""
     exe = Path(sys.executable).with_name("py-spy")
     if not exe.exists():
         return None
     return subprocess.Popen(
         [
             *(str(exe), "record", "--nonblocking", "-r", "25", "-p", str(pid)),
-            *("-d", str(seconds), "-f", "speedscope", "-o", str(out)),
+            *("-d", str(seconds), "-f", "raw", "-o", str(out)),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
