@@ -224,6 +224,24 @@ MISTAKES = [
         id="yaml-1.1-yes-is-not-a-boolean",
     ),
     pytest.param("reservation: {min_gpus: 0}", "reservation.min_gpus", "greater than 0", id="zero"),
+    pytest.param(
+        "reservation: {drain_after_s: 0}",
+        "reservation.drain_after_s",
+        "greater than 0",
+        id="zero-drain",
+    ),
+    pytest.param(
+        "reservation: {drain_after_s: 1h}",
+        "reservation.drain_after_s",
+        "expected a number",
+        id="drain-with-unit",
+    ),
+    pytest.param(
+        "reservation: {claim_big: 'no'}", "reservation.claim_big", "true or false", id="claim-str"
+    ),
+    pytest.param(
+        "reservation: {drain_ratio: -1}", "reservation.drain_ratio", "at least 0", id="neg-ratio"
+    ),
     pytest.param("placement: {window: 2.5}", "placement.window", "integer", id="float-for-int"),
     pytest.param("placement: {method: cplex}", "placement.method", "milp, greedy", id="bad-method"),
     pytest.param(
@@ -495,3 +513,12 @@ def test_random_documents_parse_or_raise_policy_error(doc: Any) -> None:
 def test_random_text_parses_or_raises_policy_error(text: str) -> None:
     """Any text, YAML or not, gives a policy or a PolicyError, never another exception."""
     _parses_or_policy_error(text)
+
+
+def test_drain_and_claim_are_read_and_null_turns_draining_off():
+    """reservation.drain_after_s and claim_big are read; null turns draining off."""
+    policy = parse_policy("reservation: {drain_after_s: 7200, claim_big: false, drain_ratio: 0}")
+    assert (policy.reservation.drain_after_s, policy.reservation.claim_big) == (7200.0, False)
+    assert policy.reservation.drain_ratio == 0.0
+    assert parse_policy("reservation: {drain_after_s: null}").reservation.drain_after_s is None
+    assert parse_policy("{}").reservation.drain_after_s == 300 * 3600.0

@@ -8,7 +8,15 @@ import pytest
 
 from cpn.core.cycle import plan_cycle
 from cpn.core.model import Cluster, Node, WaitReason
-from cpn.core.policy import GroupQuota, Limit, Placement, QueuePolicy, Quotas, Reservation
+from cpn.core.policy import (
+    Aging,
+    GroupQuota,
+    Limit,
+    Placement,
+    QueuePolicy,
+    Quotas,
+    Reservation,
+)
 from cpn.core.presets import preset_policy
 from tests.builders import cluster, job, nodes, running, snapshot
 
@@ -320,3 +328,117 @@ def test_every_preset_starts_a_job_on_an_empty_cluster(name):
     """Each named policy starts a fitting job when the cluster is empty."""
     plan = plan_cycle(snapshot(jobs=[job("a")], clusters=two_types(), policy=preset_policy(name)))
     assert [s.job_key for s in plan.starts] == ["a"]
+
+
+def _free_for_all() -> tuple[Cluster, list]:
+    """Two free 8-GPU nodes; an old 16-GPU long job and a new short 1-GPU one."""
+    c = cluster("m", nodes("m", 2, gpus=8))
+    jobs = [
+        job("big", gpus=8, workers=2, submitted_s=0, runtime_s=100_000),
+        job("small", gpus=1, submitted_s=50, runtime_s=60),
+    ]
+    return c, jobs
+
+
+@pytest.mark.parametrize(("claim", "want"), [(False, ["small"]), (True, ["big"])])
+def test_reserved_big_job_keeps_the_room_that_frees(claim, want):
+    """With claim_big a big job keeps free room; without, a higher-ranked small job takes it."""
+    c, jobs = _free_for_all()
+    policy = QueuePolicy(reservation=Reservation(claim_big=claim))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=100, policy=policy))
+    assert [s.job_key for s in plan.starts] == want
+
+
+@pytest.mark.parametrize(("drain_s", "want"), [(None, ["new"]), (3600.0, ["old"])])
+def test_draining_job_claims_room_whatever_its_size(drain_s, want):
+    """A job past drain_after_s claims the room it fits; before, a higher-ranked job takes it."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[4]))
+    jobs = [
+        job("old", gpus=4, submitted_s=0, runtime_s=100_000),
+        job("new", gpus=1, submitted_s=7000, runtime_s=60),
+    ]
+    policy = QueuePolicy(reservation=Reservation(drain_after_s=drain_s, drain_ratio=1.5))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=7200, policy=policy))
+    assert [s.job_key for s in plan.starts] == want
+
+
+def test_no_draining_when_the_whole_queue_waits_as_long():
+    """A job waiting less than drain_ratio x the mean pending wait does not drain."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[4]))
+    jobs = [
+        job("old", gpus=4, submitted_s=0, runtime_s=100_000),
+        job("new", gpus=1, submitted_s=1000, runtime_s=60),
+    ]
+    policy = QueuePolicy(reservation=Reservation(drain_after_s=3600, drain_ratio=1.5))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=7200, policy=policy))
+    assert [s.job_key for s in plan.starts] == ["new"]
+
+
+def test_draining_jobs_hold_reservations_before_big_ones():
+    """Draining jobs are served first when reservations are scarce."""
+    c = cluster("m", nodes("m", 2, gpus=8, free=[0, 0]))
+    r = running(job("r", gpus=8, workers=2), "m", A100, ("m-0", "m-1"), end_s=20_000)
+    jobs = [
+        job("big", gpus=8, workers=2, submitted_s=200),
+        job("old", gpus=4, submitted_s=0),
+    ]
+    policy = QueuePolicy(
+        reservation=Reservation(max_reservations=1, drain_after_s=3600, drain_ratio=0)
+    )
+    plan = plan_cycle(
+        snapshot(jobs=jobs, clusters=[c], running_jobs=[r], now_s=3700, policy=policy)
+    )
+    assert hold_of(plan, "old").reserved_start_s == 20_000
+    assert hold_of(plan, "big").reserved_start_s is None
+
+
+def test_without_backfill_nothing_starts_on_reserved_nodes():
+    """backfill: false keeps even a job that ends in time off a reservation's nodes."""
+    c, r = _busy_cluster()
+    policy = QueuePolicy(reservation=Reservation(min_gpus=8, backfill=False))
+    jobs = [
+        job("big", gpus=8, submitted_s=0, priority=1),
+        job("short", gpus=2, submitted_s=1, runtime_s=500),
+    ]
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=policy))
+    assert plan.starts == ()
+    assert hold_of(plan, "short").reason == WaitReason.Reservation
+
+
+def _stream(policy: QueuePolicy, horizon_s: float) -> float | None:
+    """Cycles every 50 s on one 4-GPU node fed a 1-GPU, 200 s job every 50 s (it stays
+    full); returns when the 4-GPU, 100,000 s job submitted at 0 starts (None: never)."""
+    step, short_s = 50.0, 200.0
+    pending = [job("long", gpus=4, submitted_s=0, runtime_s=100_000)]
+    pending += [job(f"s{i:04d}", gpus=1, submitted_s=0, runtime_s=short_s) for i in range(4)]
+    runs: list = []
+    now, arrivals = 0.0, 0
+    while now <= horizon_s:
+        runs = [r for r in runs if r.predicted_end_s > now]
+        busy = sum(r.job.gpus for r in runs)
+        c = cluster("m", nodes("m", 1, gpus=4, free=[4 - busy]))
+        snap = snapshot(jobs=pending, clusters=[c], running_jobs=runs, now_s=now, policy=policy)
+        plan = plan_cycle(snap)
+        by_key = {j.key: j for j in pending}
+        for s in plan.starts:
+            if s.job_key == "long":
+                return now
+            end = now + s.predicted_runtime_s
+            runs.append(running(by_key[s.job_key], "m", A100, s.nodes, start_s=now, end_s=end))
+        started = {s.job_key for s in plan.starts}
+        pending = [j for j in pending if j.key not in started]
+        arrivals += 1
+        now += step
+        pending.append(job(f"n{arrivals:04d}", gpus=1, submitted_s=now, runtime_s=short_s))
+    return None
+
+
+def test_draining_bounds_the_wait_of_a_job_always_passed_over():
+    """Without draining a long 4-GPU job never starts under a stream of short ones; with it,
+    it starts by drain_after_s plus the runtime of what runs on its node (plus one cycle)."""
+    quiet = Aging(max_wait_s=None)
+    off = QueuePolicy(aging=quiet, reservation=Reservation(drain_after_s=None))
+    assert _stream(off, horizon_s=4000) is None
+    on = QueuePolicy(aging=quiet, reservation=Reservation(drain_after_s=1000))
+    started = _stream(on, horizon_s=4000)
+    assert started is not None and 1000 <= started <= 1000 + 200 + 50

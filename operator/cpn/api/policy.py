@@ -261,6 +261,9 @@ _RESERVATION: Mapping[str, Parser] = {
     "min_gpus": _number(0.0, MAX_GPUS, above=True),
     "max_reservations": _integer(0, 1000),
     "backfill": _boolean,
+    "claim_big": _boolean,
+    "drain_after_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "drain_ratio": _number(0.0, MAX_WEIGHT),
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": _choice(METHODS),

@@ -13,7 +13,10 @@ One cycle, in order:
    then placed where it completes soonest (transfer + predicted runtime), on
    nodes not held by a reservation unless it ends before the reservation starts
    (backfill). A big or long-waiting job that does not fit gets a reservation
-   at the earliest instant and place it will fit as running jobs end.
+   at the earliest instant and place it will fit as running jobs end; a big one
+   (``claim_big``) or one that has waited ``drain_after_s`` (draining: these go
+   first, oldest first) keeps the room even when it is free now, so jobs ranked
+   above it cannot take it the moment it frees.
 4. For the head of the queue (the window), the MILP of
    :mod:`cpn.core.placement` may revise the greedy choice jointly, when the
    greedy one is not already optimal.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from cpn.core.capacity import Capacity, GroupKey, worker_gpus
 from cpn.core.model import (
@@ -184,7 +188,9 @@ class _Cycle:
         end = self.now + cand.transfer_s + cand.runtime_s
         held: set[str] = set()
         for res in self.reserved:
-            if res.key == cand.key and end > res.start_s and res.job_key != job.key:
+            if res.key != cand.key or res.job_key == job.key:
+                continue
+            if end > res.start_s or not self.policy.reservation.backfill:
                 held |= res.nodes
         return frozenset(held)
 
@@ -204,6 +210,7 @@ class _Cycle:
         until = self.now + cand.transfer_s + cand.runtime_s
         self.capacity.take(item.job, cand.key, nodes, until_s=until)
         self.quota.take(item.job, cand.key[1])
+        self.reserved = [r for r in self.reserved if r.job_key != item.job.key]
         start = Start(
             job_key=item.job.key,
             cluster=cand.key[0],
@@ -244,7 +251,11 @@ class _Cycle:
             return None
         waited = self.now - job.submit_s
         max_wait = self.policy.aging.max_wait_s
-        if job.gpus < res_policy.min_gpus and (max_wait is None or waited < max_wait):
+        if (
+            job.gpus < res_policy.min_gpus
+            and (max_wait is None or waited < max_wait)
+            and not self._draining(job)
+        ):
             return None
         best: tuple[float, str, str, Reserved] | None = None
         for cand in cands:
@@ -254,7 +265,12 @@ class _Cycle:
                 continue
             when, nodes = found
             done = when + cand.transfer_s + cand.runtime_s
-            res = Reserved(job_key=job.key, key=cand.key, nodes=frozenset(nodes), start_s=when)
+            res = Reserved(
+                job_key=job.key,
+                key=cand.key,
+                nodes=frozenset(nodes),
+                start_s=when,
+            )
             if best is None or (done, *cand.key) < best[:3]:
                 best = (done, cand.key[0], cand.key[1], res)
         if best is None:
@@ -346,10 +362,18 @@ class _Cycle:
             for item in ranked
             if item.job.gpus >= res_policy.min_gpus
             or (max_wait is not None and self.now - item.job.submit_s >= max_wait)
+            or self._draining(item.job)
         ]
-        # Big jobs first (they cannot backfill; small ones soon find room), then by age.
+        # Draining jobs first, oldest first; then big jobs (they cannot backfill; small
+        # ones soon find room), then by age.
         worthy.sort(
-            key=lambda r: (r.level, r.job.gpus < res_policy.min_gpus, r.job.submit_s, r.job.key)
+            key=lambda r: (
+                r.level,
+                not self._draining(r.job),
+                r.job.gpus < res_policy.min_gpus,
+                r.job.submit_s,
+                r.job.key,
+            )
         )
         for item in worthy:
             if len(self.reserved) >= res_policy.max_reservations:
@@ -360,9 +384,31 @@ class _Cycle:
                 job_cands = cands[job.key] = _candidates(job, self.capacity, self.snapshot)
             if self.quota.exceeds(job) or not job_cands:
                 continue
-            if any(self.capacity.fit(job, c.key) is not None for c in job_cands):
+            # A job that fits at the start of the cycle may still lose the room to
+            # higher-ranked jobs in the walk; a claiming job reserves it anyway.
+            claims = self._draining(job) or (
+                res_policy.claim_big and job.gpus >= res_policy.min_gpus
+            )
+            if not claims and any(self.capacity.fit(job, c.key) is not None for c in job_cands):
                 continue
             self._reserve(item, job_cands)
+
+    def _draining(self, job: Job) -> bool:
+        """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
+        times the mean wait of the pending jobs (the starvation guard)."""
+        res_policy = self.policy.reservation
+        after = res_policy.drain_after_s
+        waited = self.now - job.submit_s
+        if after is None or waited < after:
+            return False
+        return waited >= res_policy.drain_ratio * self._mean_wait
+
+    @cached_property
+    def _mean_wait(self) -> float:
+        pending = self.snapshot.pending
+        if not pending:
+            return 0.0
+        return sum(max(0.0, self.now - j.submit_s) for j in pending) / len(pending)
 
     def _reservation_of(self, key: str) -> Reserved | None:
         return next((r for r in self.reserved if r.job_key == key), None)

@@ -91,18 +91,29 @@ class Aging:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reservation:
-    """Reservations for big jobs, with backfill around them.
+    """Reservations for big jobs, with backfill around them, and draining for old ones.
 
     A blocked job asking at least ``min_gpus`` GPUs, or waiting longer than
     ``aging.max_wait_s``, gets a reservation at the earliest time and place it
     fits (from running jobs' predicted ends). Other jobs start only where they
     do not delay it (backfill), or not at all when ``backfill`` is off.
+
+    With ``claim_big`` a reserved job of at least ``min_gpus`` GPUs keeps its room
+    when it frees: higher-ranked jobs may not take it in that cycle. A job that has
+    waited ``drain_after_s``, and ``drain_ratio`` times the mean wait of the pending
+    jobs, drains: it holds a reservation before every other
+    holder (oldest first) and claims its room whether or not it fits now, so no job
+    that would still run at its reserved start is placed there; it starts once
+    the jobs running there end (the starvation bound, see docs/policy.md).
     """
 
     enabled: bool = True
     min_gpus: float = 16.0
     max_reservations: int = 8
     backfill: bool = True
+    claim_big: bool = True
+    drain_after_s: float | None = 300 * 3600.0
+    drain_ratio: float = 3.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
