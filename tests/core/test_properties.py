@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpn.core.capacity import Capacity, worker_gpus
-from cpn.core.cycle import plan_cycle
+from cpn.core.cycle import _candidates, plan_cycle
 from cpn.core.model import Cluster, Job, Node, Running, Snapshot
 from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
 from cpn.core.presets import PRESETS
@@ -81,9 +81,14 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
         }
     )
-    policy = replace(
-        base, quotas=quotas, reservation=Reservation(enabled=draw(st.booleans()), min_gpus=4)
+    reservation = Reservation(
+        enabled=draw(st.booleans()),
+        min_gpus=4,
+        claim_big=draw(st.booleans()),
+        drain_after_s=draw(st.sampled_from([None, 100.0, 600.0])),
+        drain_ratio=draw(st.sampled_from([0.0, 1.5])),
     )
+    policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(
         now_s=1000.0,
         policy=policy,
@@ -201,3 +206,20 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
             and (found := after.earliest_fit(j, key, snap.now_s)) is not None
         ]
         assert times and min(times) <= hold.reserved_start_s + 1e-6
+
+
+@PROPERTY
+@given(snapshots())
+def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
+    """A job holding a reservation does not wait while room it could start on is free."""
+    if snap.policy.preemption.enabled:
+        return
+    plan = plan_cycle(snap)
+    jobs = {j.key: j for j in snap.pending}
+    after = Capacity.from_snapshot(_as_running(snap, plan.starts, jobs))
+    for hold in plan.holds:
+        if hold.reserved_start_s is None:
+            continue
+        j = jobs[hold.job_key]
+        for cand in _candidates(j, after, snap):
+            assert after.fit(j, cand.key) is None, (hold, cand.key)
