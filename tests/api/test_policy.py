@@ -67,9 +67,9 @@ def test_every_key_maps_to_its_field() -> None:
     assert (policy.aging.rate, policy.aging.max_wait_s) == (0.5, None)
     team_a = policy.quotas.groups["team-a"]
     assert policy.quotas.lending is True
-    assert team_a.limit == Limit(gpus=16.0, per_type={"V100": 8.0, "A100": 4.0})
+    assert team_a.limit == Limit(gpus=16.0, per_type={"V100-32GB": 8.0, "A100-80GB": 4.0})
     assert team_a.default_user == Limit(gpus=2.0)
-    assert team_a.users["alice"] == Limit(gpus=8.0, per_type={"V100": 8.0})
+    assert team_a.users["alice"] == Limit(gpus=8.0, per_type={"V100-32GB": 8.0})
     assert policy.quotas.groups["team-b"].limit == Limit(gpus=None, per_type={"K80": 10.0})
     reservation = policy.reservation
     assert (reservation.enabled, reservation.min_gpus) == (False, 32.0)
@@ -85,12 +85,14 @@ def test_every_key_maps_to_its_field() -> None:
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
 
 
-def test_numbers_are_floats_and_gpu_types_upper_case() -> None:
-    """Integers in number fields become floats; GPU type names are upper-cased."""
-    policy = parse_policy({"quotas": {"groups": {"g": {"gpus": 4, "per_type": {"h100": 2}}}}})
+def test_numbers_are_floats_and_gpu_types_canonical() -> None:
+    """Integers in number fields become floats; a GPU type alias becomes the one type it
+    names, as nodes report it (a quota keyed otherwise would match no job)."""
+    quota = {"gpus": 4, "per_type": {"h100": 2, "2080ti": 1, "a100-80gb": 3}}
+    policy = parse_policy({"quotas": {"groups": {"g": quota}}})
     limit = policy.quotas.groups["g"].limit
     assert isinstance(limit.gpus, float)
-    assert dict(limit.per_type) == {"H100": 2.0}
+    assert dict(limit.per_type) == {"H100-80GB": 2.0, "RTX2080TI": 1.0, "A100-80GB": 3.0}
 
 
 def test_text_gets_a_content_hash_version_and_explicit_version_wins() -> None:
@@ -172,8 +174,9 @@ MISTAKES = [
         id="user-quota-above-group-quota",
     ),
     pytest.param(
-        GROUP + "      per_type: {V100: 4}\n      users:\n        alice: {per_type: {v100: 8}}",
-        "quotas.groups.team-a.users.alice.per_type.V100",
+        GROUP
+        + "      per_type: {V100-32GB: 4}\n      users:\n        alice: {per_type: {v100-32gb: 8}}",
+        "quotas.groups.team-a.users.alice.per_type.V100-32GB",
         "ceiling",
         id="user-per-type-above-group-per-type",
     ),
@@ -193,10 +196,16 @@ MISTAKES = [
         id="quoted-number",
     ),
     pytest.param(
-        GROUP + "      per_type: {v100: 4, V100: 2}",
-        "quotas.groups.team-a.per_type.V100",
+        GROUP + "      per_type: {v100-32gb: 4, V100-32GB: 2}",
+        "quotas.groups.team-a.per_type.V100-32GB",
         "same GPU type",
         id="gpu-type-twice-by-case",
+    ),
+    pytest.param(
+        GROUP + "      per_type: {A100: 4}",
+        "quotas.groups.team-a.per_type.A100",
+        "names 2 GPU types (A100-40GB, A100-80GB)",
+        id="gpu-family-as-quota-key",
     ),
     pytest.param(
         GROUP + "      users:\n        alice: {gpus: 2, cpus: 4}",

@@ -432,12 +432,19 @@ def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
     limits: dict[str, float] = {}
     parse = _number(0.0, MAX_GPUS)
     for name, item, item_path in reader.entries(value, path, "GPU type"):
-        canonical = name.strip().upper()
         try:
-            expand_gpu_types(name)
+            types = sorted(expand_gpu_types(name))
         except UnknownName as err:
             reader.error(item_path, str(err))
             continue
+        if len(types) > 1:  # a family: the ledger counts exact types, it would match none
+            reader.error(
+                item_path,
+                f"'{name}' names {len(types)} GPU types ({', '.join(types)}): "
+                "give a quota for each one you mean",
+            )
+            continue
+        canonical = types[0]  # the name nodes report: a100-80gb -> A100-80GB
         if canonical in written:
             reader.error(item_path, f"same GPU type as '{written[canonical]}'")
             continue
