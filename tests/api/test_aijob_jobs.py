@@ -129,6 +129,17 @@ def test_render_job_pins_nodes_requests_gpus_and_labels_origin():
     assert pod["metadata"]["labels"][k.LABEL_UID] == b["metadata"]["uid"]
 
 
+def test_render_job_survives_a_per_type_annotation_it_cannot_read():
+    """Broken or 100,000-deep JSON in the per-GPU-type annotation adds nothing, raises nothing
+    (the AIJob reader refuses both; this is the second guard at dispatch)."""
+    for raw in ("{not json", "[" * 100_000 + "]" * 100_000):
+        b = body()
+        b["spec"]["template"]["metadata"]["annotations"][k.ANNOTATION_PER_GPU_TYPE] = raw
+        job = render_job(b, start(), attempt=1, hub="hub", namespace="cpn-jobs")
+        notes = job["spec"]["template"]["metadata"]["annotations"]
+        assert "testbed.cpn.io/duration" not in notes and notes["keep"] == "me"
+
+
 def test_render_job_for_a_shared_gpu_adds_hami_limits():
     """A GPU share asks HAMi for cores and memory, and names its pool when configured."""
     b = body(resources={"gpus": 1, "gpuShare": 0.25, "gpuMemoryGiB": 8})

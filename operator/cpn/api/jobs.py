@@ -43,7 +43,7 @@ def _per_type_annotations(annotations: Mapping[str, str], gpu_type: str) -> dict
         return {}
     try:
         table = json.loads(raw)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the AIJob reader refuses both first
         return {}
     out = {}
     if isinstance(table, Mapping):
