@@ -56,8 +56,6 @@ WRITE_WORKERS = 8
 VOLATILE_WRITE_S = 30.0
 #: ...and less often with a long queue: about this many such writes per second in all.
 VOLATILE_WRITES_PER_S = 20.0
-#: AIJobs per page when listing them at start-up.
-LIST_PAGE = 500
 
 EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
 
@@ -326,12 +324,7 @@ class Runtime:
                 self._follow(member, "ADDED", item)
             if self.loop is not None:  # back after an outage: remove stale attempts at once
                 self.loop.create_task(self.sweep())
-        # A member Job's ADDED/MODIFIED events start no cycle: when one ends, _follow kicks;
-        # created/active/ready changes (three per dispatch) would each start one in a burst.
-        quiet = kind == "jobs" and event in {"ADDED", "MODIFIED"}
-        if not quiet and (
-            kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj)
-        ):
+        if kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
             self.kick()
 
     # -- following member Jobs -----------------------------------------------------------------
@@ -532,23 +525,12 @@ class Runtime:
                 await self.member_event("ADDED", body)
 
     async def list_aijobs(self) -> None:
-        """Seed the store with every AIJob before the first cycle (restart safety), in
-        pages (one 10,000-item answer is a transient 100 MB)."""
-        token = None
-        while True:
-            result = await self.call(
-                self.custom.list_cluster_custom_object,
-                k.GROUP,
-                k.VERSION,
-                k.AIJOB_PLURAL,
-                limit=LIST_PAGE,
-                _continue=token,
-            )
-            for body in result.get("items") or []:
-                self.aijob_event("ADDED", body)
-            token = (result.get("metadata") or {}).get("continue")
-            if not token:
-                return
+        """Seed the store with every AIJob before the first cycle (restart safety)."""
+        result = await self.call(
+            self.custom.list_cluster_custom_object, k.GROUP, k.VERSION, k.AIJOB_PLURAL
+        )
+        for body in result.get("items") or []:
+            self.aijob_event("ADDED", body)
 
     def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
         """Core clusters from the members, and the bandwidth table."""
