@@ -116,12 +116,16 @@ class Operator:
             **settings,
         )
         self.log = log
-        wait_until(self.ready, timeout_s=120, what="operator /readyz")
+        try:
+            wait_until(self.ready, timeout_s=900, what="operator /readyz")
+        except BaseException:
+            self.stop()
+            raise
 
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=2
+                f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=10
             ) as r:
                 return bool(r.status == 200)
         except OSError:
