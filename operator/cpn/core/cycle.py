@@ -257,7 +257,7 @@ class _Cycle:
             and not self._draining(job)
         ):
             return None
-        best: tuple[float, str, str, Reserved] | None = None
+        best: tuple[float, bool, str, str, Reserved] | None = None
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.reserved if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -271,12 +271,15 @@ class _Cycle:
                 nodes=frozenset(nodes),
                 start_s=when,
             )
-            if best is None or (done, *cand.key) < best[:3]:
-                best = (done, cand.key[0], cand.key[1], res)
+            # At equal completion, room that is free now beats room predicted to free now
+            # (jobs past their predicted end still hold it).
+            waits = self.capacity.fit(job, cand.key) is None
+            if best is None or (done, waits, *cand.key) < best[:4]:
+                best = (done, waits, cand.key[0], cand.key[1], res)
         if best is None:
             return None
-        self.reserved.append(best[3])
-        return best[3]
+        self.reserved.append(best[4])
+        return best[4]
 
     def run(self) -> CyclePlan:
         eligible = self._eligible()
