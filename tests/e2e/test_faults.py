@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from cpn.adapters.kube import Informer
@@ -182,6 +183,45 @@ def test_hub_apiserver_restart_loses_no_event(hub: Hub, namespace: str) -> None:
     assert apply(hub, namespace, aijob("after")).returncode == 0
     wait_status(hub, namespace, "after", timeout_s=90, phase="Succeeded")
     assert hub.proc.poll() is None, "the operator kept running"
+
+
+def test_member_kubeconfig_that_runs_a_program_is_refused(hub: Hub) -> None:
+    """A member Secret whose kubeconfig would run a program (an exec plugin) is never
+    loaded: the MemberCluster is NotReady with the field named, the others keep working."""
+    exec_kubeconfig = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "x", "user": {"exec": {"command": "/bin/id"}}}],
+            "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+            "current-context": "x",
+        }
+    )
+    secret = {
+        "metadata": {"name": "member-rogue", "namespace": "cpn-system"},
+        "stringData": {"kubeconfig": exec_kubeconfig},
+    }
+    member = {
+        "apiVersion": "cpn.io/v1alpha1",
+        "kind": "MemberCluster",
+        "metadata": {"name": "rogue"},
+        "spec": {"kubeconfigSecret": {"name": "member-rogue"}},
+    }
+    hub.core.create_namespaced_secret("cpn-system", secret)
+    hub.custom.create_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", member)
+    try:
+        ready = wait_until(
+            lambda: (c := member_condition(hub, "rogue", "Ready")).get("status") == "False" and c,
+            timeout_s=60,
+            what="rogue member refused",
+        )
+        assert ready["message"].startswith("kubeconfig: ")
+        assert "exec" in ready["message"]
+        assert member_condition(hub, "member-a", "Ready").get("status") == "True"
+    finally:
+        hub.custom.delete_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", "rogue")
+        hub.core.delete_namespaced_secret("member-rogue", "cpn-system")
 
 
 class _StaleInformer(Informer):

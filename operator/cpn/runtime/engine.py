@@ -27,6 +27,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
 
 from cpn.adapters.events import post_event
 from cpn.adapters.kube import Informer, client_from_kubeconfig
@@ -36,6 +37,7 @@ from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
 from cpn.api.jobs import render_job
+from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import parse_policy_configmap
 from cpn.api.status import clock, condition, human_duration, merge_patch, rfc3339
 from cpn.config import OperatorConfig
@@ -280,9 +282,13 @@ class Runtime:
                     f"secret {secret_ref.get('name')} has no key "
                     f"{secret_ref.get('key') or 'kubeconfig'!r}"
                 )
-            api = client_from_kubeconfig(base64.b64decode(raw).decode())
+            text = base64.b64decode(raw).decode()
+            problems = kubeconfig_problems(text)  # no exec plugins, no local files
+            if problems:
+                raise ValueError("; ".join(problems))
+            api = client_from_kubeconfig(text)
             _widen_pool(api, self.config.dispatch_workers)
-        except (ApiException, ValueError) as err:
+        except (ApiException, ValueError, ConfigException) as err:
             reason = getattr(err, "reason", None) or str(err)
             self.member_status[name] = (False, f"kubeconfig: {reason}")
             await self.write_member_status(name, body)
