@@ -529,6 +529,11 @@ class Runtime:
             if name not in self.members:
                 self.member_specs[name] = body.get("spec")
                 await self.member_event("ADDED", body)
+        # A member connected by its own handler before the AIJobs were listed had its Jobs
+        # listed when no record existed to match them: follow its mirror again now.
+        for member in list(self.members.values()):
+            for job in list(member.jobs.values()):
+                self._follow(member, "ADDED", job)
 
     async def list_aijobs(self) -> None:
         """Seed the store with every AIJob before the first cycle (restart safety)."""
@@ -735,7 +740,7 @@ class Runtime:
         try:
             if not leading():
                 raise RuntimeError("this replica is no longer the leader")
-            await self.call(member.create_job, manifest)
+            uid = await self.call(member.create_job, manifest)
         except Exception as err:  # member unreachable or refusing: requeue, attempt not counted
             record.attempts = attempt - 1
             record.phase = k.PHASE_QUEUED
@@ -748,6 +753,11 @@ class Runtime:
             return
         self.observer.dispatched(record)
         self._event(record, "Dispatched", record.message)
+        existing = member.jobs.get(record.member_job)
+        if not uid and existing is not None:
+            # It existed already (made before a crash): its watch events may all be past,
+            # so take its state from the mirror now or a finished Job would never be seen.
+            self._follow(member, "MODIFIED", existing)
 
     # -- status --------------------------------------------------------------------------------
     def render_status(self, record: Record) -> dict[str, Any]:
