@@ -108,7 +108,7 @@ def parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def _short(value: object) -> str:
+def short_repr(value: object) -> str:
     """A bounded, ASCII-only repr: invisible and look-alike characters show as escapes."""
     if isinstance(value, str):
         text = value if len(value) <= 60 else value[:57] + "..."
@@ -116,17 +116,18 @@ def _short(value: object) -> str:
     return ascii(_REPR.repr(value))[1:-1]
 
 
-def _kind(value: object) -> str:
+def describe_value(value: object) -> str:
+    """What a value is, for error messages: "an integer (5)", "a mapping"."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, int):
-        return f"an integer ({_short(value)})"
+        return f"an integer ({short_repr(value)})"
     if isinstance(value, float):
-        return f"a number ({_short(value)})"
+        return f"a number ({short_repr(value)})"
     if isinstance(value, str):
-        return f"a string ({_short(value)})"
+        return f"a string ({short_repr(value)})"
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list | tuple):
@@ -159,11 +160,11 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            self.error(path, f"expected a mapping, got {_kind(value)}")
+            self.error(path, f"expected a mapping, got {describe_value(value)}")
             return {}
         for key in value:
             if not isinstance(key, str):
-                self.error(path, f"key {_short(key)} must be a string")
+                self.error(path, f"key {short_repr(key)} must be a string")
             elif known is not None and key not in known:
                 self.error(_join(path, key), f"unknown field; known: {', '.join(known)}")
         return value
@@ -174,10 +175,10 @@ class _Reader:
         if isinstance(value, float) and value.is_integer() and low <= value <= high:
             return int(value)  # JSON has one number type: 2.0 is 2
         if isinstance(value, bool) or not isinstance(value, int):
-            self.error(path, f"expected an integer, got {_kind(value)}")
+            self.error(path, f"expected an integer, got {describe_value(value)}")
             return default
         if not low <= value <= high:
-            self.error(path, f"must be between {low} and {high}, got {_short(value)}")
+            self.error(path, f"must be between {low} and {high}, got {short_repr(value)}")
             return default
         return value
 
@@ -187,7 +188,7 @@ class _Reader:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.error(path, f"expected a number, got {_kind(value)}")
+            self.error(path, f"expected a number, got {describe_value(value)}")
             return default
         try:
             number = float(value)
@@ -203,7 +204,7 @@ class _Reader:
         if value is None:
             return False
         if not isinstance(value, bool):
-            self.error(path, f"expected true or false, got {_kind(value)}")
+            self.error(path, f"expected true or false, got {describe_value(value)}")
             return False
         return value
 
@@ -211,17 +212,19 @@ class _Reader:
         if value is None:
             return ""
         if not isinstance(value, str):
-            self.error(path, f"expected a string, got {_kind(value)}")
+            self.error(path, f"expected a string, got {describe_value(value)}")
             return ""
         if len(value) > max_len:
             self.error(path, f"is longer than {max_len} characters")
             return ""
         odd = _odd_character(value)
         if odd:
-            self.error(path, f"{_short(value)}: {odd}")
+            self.error(path, f"{short_repr(value)}: {odd}")
             return ""
         if value and not pattern.fullmatch(value):
-            self.error(path, f"{_short(value)}: only letters, digits and . _ / + : - are allowed")
+            self.error(
+                path, f"{short_repr(value)}: only letters, digits and . _ / + : - are allowed"
+            )
             return ""
         return value
 
@@ -229,16 +232,16 @@ class _Reader:
         if value is None:
             return 0.0
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            self.error(path, f"expected a Kubernetes quantity, got {_kind(value)}")
+            self.error(path, f"expected a Kubernetes quantity, got {describe_value(value)}")
             return 0.0
         if isinstance(value, str) and (len(value) > 64 or _odd_character(value)):
-            self.error(path, f"not a Kubernetes quantity: {_short(value)}")
+            self.error(path, f"not a Kubernetes quantity: {short_repr(value)}")
             return 0.0
         try:
             exact: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
             number = float(exact) / scale
         except (ValueError, TypeError, ArithmeticError, InvalidOperation):
-            self.error(path, f"not a Kubernetes quantity: {_short(value)}")
+            self.error(path, f"not a Kubernetes quantity: {short_repr(value)}")
             return 0.0
         if not math.isfinite(number) or number < 0 or number > high:
             self.error(path, f"must be a non-negative quantity of at most {high:g}, got {value!r}")
@@ -249,12 +252,12 @@ class _Reader:
         if value is None or value == "":
             return None
         if not isinstance(value, str) or len(value) > 64:
-            self.error(path, f"expected an RFC 3339 time, got {_kind(value)}")
+            self.error(path, f"expected an RFC 3339 time, got {describe_value(value)}")
             return None
         try:
             return parse_time(value)
         except (ValueError, OverflowError):
-            self.error(path, f"not an RFC 3339 time: {_short(value)}")
+            self.error(path, f"not an RFC 3339 time: {short_repr(value)}")
             return None
 
 
@@ -263,7 +266,7 @@ def _gpu_types(reader: _Reader, names: Any) -> frozenset[str]:
     if names is None:
         return frozenset()
     if not isinstance(names, list):
-        reader.error(path, f"expected a list of GPU type names, got {_kind(names)}")
+        reader.error(path, f"expected a list of GPU type names, got {describe_value(names)}")
         return frozenset()
     if len(names) > MAX_GPU_TYPES:
         reader.error(path, f"at most {MAX_GPU_TYPES} GPU types, got {len(names)}")
@@ -272,11 +275,11 @@ def _gpu_types(reader: _Reader, names: Any) -> frozenset[str]:
     for index, name in enumerate(names):
         where = f"{path}[{index}]"
         if not isinstance(name, str):
-            reader.error(where, f"expected a GPU type name, got {_kind(name)}")
+            reader.error(where, f"expected a GPU type name, got {describe_value(name)}")
             continue
         if len(name) > 64 or _odd_character(name):
             why = _odd_character(name) or "is longer than 64 characters"
-            reader.error(where, f"GPU type {_short(name)}: {why}")
+            reader.error(where, f"GPU type {short_repr(name)}: {why}")
             continue
         try:
             allowed |= expand_gpu_types(name)
@@ -315,7 +318,7 @@ def _features(reader: _Reader, model: Mapping[str, Any]) -> dict[str, float]:
 
 def _template(reader: _Reader, template: Any) -> None:
     if not isinstance(template, Mapping):
-        reader.error("spec.template", f"a pod template is required, got {_kind(template)}")
+        reader.error("spec.template", f"a pod template is required, got {describe_value(template)}")
         return
     pod = template.get("spec")
     containers = pod.get("containers") if isinstance(pod, Mapping) else None
@@ -325,7 +328,7 @@ def _template(reader: _Reader, template: Any) -> None:
         for index, container in enumerate(containers):
             where = f"spec.template.spec.containers[{index}]"
             if not isinstance(container, Mapping):
-                reader.error(where, f"expected a mapping, got {_kind(container)}")
+                reader.error(where, f"expected a mapping, got {describe_value(container)}")
                 continue
             for field in ("name", "image"):  # the member's API server refuses a Job without
                 if not isinstance(container.get(field), str) or not container[field]:
@@ -346,13 +349,13 @@ def _string_map(reader: _Reader, value: Any, path: str) -> None:
     if value is None:
         return
     if not isinstance(value, Mapping):
-        reader.error(path, f"expected a mapping of strings, got {_kind(value)}")
+        reader.error(path, f"expected a mapping of strings, got {describe_value(value)}")
         return
     for key, item in value.items():
         if not isinstance(item, str):
             kind = _JSON_TYPES.get(type(item), type(item).__name__)
             reader.error(
-                _join(path, str(key)), f"must be a string, got {kind} {_short(item)} (quote it)"
+                _join(path, str(key)), f"must be a string, got {kind} {short_repr(item)} (quote it)"
             )
 
 
@@ -385,7 +388,7 @@ def _metadata(reader: _Reader, meta: Mapping[str, Any]) -> tuple[str, float]:
             why = _odd_character(value) if isinstance(value, str) else ""
             reader.error(
                 f"metadata.{field}",
-                f"{_short(value)} is not a DNS name (lower-case letters, digits, '-', '.')"
+                f"{short_repr(value)} is not a DNS name (lower-case letters, digits, '-', '.')"
                 + (f": {why}" if why else ""),
             )
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -399,7 +402,9 @@ def parse_aijob(body: Mapping[str, Any], *, user: str, group: str) -> Job:
     The returned job has no estimate yet: the caller attaches one.
     """
     if not isinstance(body, Mapping):
-        raise InvalidSpec([FieldError("", f"an AIJob must be a mapping, got {_kind(body)}")])
+        raise InvalidSpec(
+            [FieldError("", f"an AIJob must be a mapping, got {describe_value(body)}")]
+        )
     reader = _Reader()
     meta = reader.mapping(body.get("metadata"), "metadata", None)
     key, submit_s = _metadata(reader, meta)

@@ -15,12 +15,13 @@ import hashlib
 import json
 import math
 import re
-import reprlib
 import unicodedata
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from cpn.api.aijob import describe_value as _kind
+from cpn.api.aijob import short_repr as _short
 from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
 from cpn.core.errors import FieldError, FormulaError, PolicyError
 from cpn.core.formula import compile_formula
@@ -72,32 +73,9 @@ def _join(path: str, key: str) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({_short(value)})"
-    if isinstance(value, float):
-        return f"a number ({_short(value)})"
-    if isinstance(value, str):
-        return f"a string ({_short(value)})"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
 def _num(value: float) -> str:
     """A bound as an admin would write it: 31622400, not 3.16224e+07."""
     return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
-
-
-def _short(value: object) -> str:
-    """A bounded repr: safe on huge or deeply nested values."""
-    return reprlib.repr(value)
 
 
 def _hint(word: str, choices: Collection[str]) -> str:
