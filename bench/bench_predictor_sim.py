@@ -20,10 +20,12 @@ Runs (same trace, same clusters; ``default`` is cpn's policy):
 Prints one JSON object: per run the average JCT and its ratio to ``default`` + oracle,
 and for the held-out jobs how far the predictor's first estimate (at arrival, on the
 GPU type of the job's trace) was from the truth, for the first and the second half of
-those jobs by arrival (the learning curve).
+those jobs by arrival (the learning curve); and how far the estimate in force when each
+started was (waiting jobs are re-estimated as the predictor learns, ``World.reestimate``),
+with the number of re-estimates.
 
     python bench/bench_predictor_sim.py [--trace T.csv] [--jobs N] [--holdout a,b] [--sigma S]
-        [--unseen-runtime high|median] [--skip RUN,...]
+        [--unseen-runtime high|median] [--no-reestimate] [--skip RUN,...]
 """
 
 from __future__ import annotations
@@ -58,20 +60,36 @@ DEFAULT_CLUSTERS = DATA / "gavel-cluster.yaml"
 
 
 class Recording:
-    """Wraps an estimator; keeps the first estimate of each job of the held-out models."""
+    """Wraps an estimator; keeps the first estimate of each job of the held-out models.
+
+    ``at_start`` (filled by :func:`run_holdout`) holds, per held-out job, the estimate
+    in force when it started, on the GPU type it started on, and its true runtime there:
+    the world re-estimates waiting jobs as the predictor learns, so it can differ from
+    the first.
+    """
 
     def __init__(self, inner: PredictorEstimator, models: frozenset[str]) -> None:
         self.inner = inner
         self.models = models
         self.first: dict[str, Estimate] = {}
         self.order: list[str] = []
+        self.at_start: dict[str, tuple[str, float, float]] = {}  # key -> (GPU, estimate, truth)
+        self.last_unseen: dict[str, bool] = {}  # key -> its latest estimate was flagged unseen
+        self.reestimates = 0
+
+    @property
+    def retrains(self) -> int:
+        """The inner predictor's retrain count (the world's knowledge version)."""
+        return self.inner.retrains
 
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """The inner estimate, recorded the first time a held-out job is seen."""
         est = self.inner.estimate(job, gpu_types)
-        if job.key not in self.first and _canonical(job.model) in self.models:
-            self.first[job.key] = est
-            self.order.append(job.key)
+        if _canonical(job.model) in self.models:
+            if job.key not in self.first:
+                self.first[job.key] = est
+                self.order.append(job.key)
+            self.last_unseen[job.key] = est.unseen
         return est
 
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
@@ -104,6 +122,7 @@ def run_holdout(
     retrain_every: int = 200,
     seed: int = 0,
     unseen_runtime: str = "high",
+    reestimate: bool = True,
 ) -> tuple[dict[str, Any], Recording, TrueRuntime]:
     """``policy`` with a predictor that never saw ``holdout`` benchmarked (metrics, log, truth).
 
@@ -131,9 +150,19 @@ def run_holdout(
         truth=truth,
         tick_s=300.0 if qp.preemption.enabled else None,
         policy_name=policy,
-        estimator_name="predictor-holdout",
+        estimator_name="predictor-holdout" if holdout else "predictor",
+        reestimate=reestimate,
     )
-    return report.metrics(world.run()), estimator, truth
+    result = world.run()
+    estimator.reestimates = world.reestimates
+    for record in result.records:
+        if record.job_id in estimator.first and record.estimate_s is not None:
+            estimator.at_start[record.job_id] = (
+                record.gpu_type,
+                record.estimate_s,
+                record.runtime_s,
+            )
+    return report.metrics(result), estimator, truth
 
 
 def estimate_errors(
@@ -151,14 +180,41 @@ def estimate_errors(
                 out.append(abs(est / truth.runtime_s(key, gpu) - 1.0) * 100.0)
         return out
 
+    def at_start(keys: Sequence[str], *, first: bool) -> list[float]:
+        """Errors on the GPU type each job started on: of its first estimate or the last."""
+        out = []
+        for key in keys:
+            if key not in rec.at_start:
+                continue
+            gpu, est, true = rec.at_start[key]
+            value = rec.first[key].on(gpu) if first else est
+            if value is not None and true > 0:
+                out.append(abs(value / true - 1.0) * 100.0)
+        return out
+
+    def median(values: list[float]) -> float | None:
+        return round(statistics.median(values), 1) if values else None
+
     half = len(rec.order) // 2
     first, second = errors(rec.order[:half]), errors(rec.order[half:])
     unseen = sum(1 for key in rec.order if rec.first[key].unseen)
     return {
         "held_out_jobs": len(rec.order),
         "flagged_unseen": unseen,
-        "first_half_median_ape": round(statistics.median(first), 1) if first else None,
-        "second_half_median_ape": round(statistics.median(second), 1) if second else None,
+        "first_half_median_ape": median(first),
+        "second_half_median_ape": median(second),
+        "start_gpu_first_estimate_median_ape": [
+            median(at_start(rec.order[:half], first=True)),
+            median(at_start(rec.order[half:], first=True)),
+        ],
+        "start_gpu_estimate_at_start_median_ape": [
+            median(at_start(rec.order[:half], first=False)),
+            median(at_start(rec.order[half:], first=False)),
+        ],
+        "unseen_at_start": sum(
+            1 for k in rec.order if k in rec.at_start and rec.last_unseen.get(k, False)
+        ),
+        "reestimates": rec.reestimates,
     }
 
 
@@ -176,6 +232,12 @@ def main() -> int:
         choices=("high", "median"),
         default="high",
         help="an unseen model's runtime: the high quantile (default) or the median",
+    )
+    p.add_argument(
+        "--no-reestimate",
+        action="store_true",
+        help="estimate each job once, at arrival (the simulator before waiting jobs were "
+        "re-estimated), in the predictor runs (the others learn nothing)",
     )
     p.add_argument("--skip", default="", help="runs to skip, comma-separated (e.g. sjf+noisy)")
     args = p.parse_args()
@@ -197,6 +259,18 @@ def main() -> int:
         if label in skip:
             continue
         started = time.perf_counter()
+        if est == "predictor":  # built here, like the held-out run, to honour --no-reestimate
+            metrics, _, _ = run_holdout(
+                trace,
+                clusters,
+                frozenset(),
+                retrain_every=args.retrain_every,
+                seed=args.seed,
+                unseen_runtime=args.unseen_runtime,
+                reestimate=not args.no_reestimate,
+            )
+            runs[label] = metrics | {"run_s": round(time.perf_counter() - started, 1)}
+            continue
         result = simulate(
             trace,
             clusters,
@@ -217,6 +291,7 @@ def main() -> int:
             retrain_every=args.retrain_every,
             seed=args.seed,
             unseen_runtime=args.unseen_runtime,
+            reestimate=not args.no_reestimate,
         )
         runs[label] = metrics | {"run_s": round(time.perf_counter() - started, 1)}
         extra = estimate_errors(rec, trace, truth)
@@ -255,6 +330,7 @@ def main() -> int:
                 "holdout": sorted(holdout),
                 "sigma": args.sigma,
                 "unseen_runtime": args.unseen_runtime,
+                "reestimate": not args.no_reestimate,
                 "runs": summary,
                 "held_out_estimates": extra,
             }

@@ -42,3 +42,6 @@ def test_held_out_models_are_flagged_then_learned_online(bench):
     errors = bench.estimate_errors(rec, trace, truth)
     assert errors["held_out_jobs"] == len(held)
     assert errors["second_half_median_ape"] < errors["first_half_median_ape"]
+    # waiting held-out jobs were re-estimated as the predictor learned
+    assert errors["reestimates"] == rec.reestimates > 0
+    assert set(rec.at_start) == set(rec.order)

@@ -8,7 +8,10 @@
 - ``predictor``: :class:`predictor.online.PredictorEstimator` when importable, else
   :class:`HistoryEstimator`, which learns from the jobs that finished earlier.
 
-All of them implement :class:`cpn.core.estimator.Estimator`.
+All of them implement :class:`cpn.core.estimator.Estimator`. Those that learn nothing say
+so (``learns = False``): the world then never re-estimates a waiting job (the others'
+waiting jobs are re-estimated when a job of their model finished, see
+:meth:`cpn.sim.world.World.refresh_estimates`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class OracleEstimator:
     """True runtime per GPU type; learns nothing."""
 
     source = "oracle"
+    learns = False  # the world never re-estimates its jobs
 
     def __init__(self, truth: TrueRuntime) -> None:
         self.truth = truth
@@ -58,6 +62,7 @@ class NoisyEstimator:
     """The oracle times exp(N(0, sigma)), one draw per job, seeded."""
 
     source = "noisy"
+    learns = False  # the world never re-estimates its jobs
 
     def __init__(self, truth: TrueRuntime, *, sigma: float, seed: int = 0) -> None:
         if sigma < 0:
@@ -93,6 +98,7 @@ class UserEstimator:
     """
 
     source = "user"
+    learns = False
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
-from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
+from cpn.core.model import Cluster, CyclePlan, Estimate, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.speed import TrueRuntime
@@ -210,6 +210,13 @@ class World:
     once the new jobs are placed (the same ETAs for them, less work); with
     ``eta_every`` = k only every k-th admitted job is projected (a sample, k
     times cheaper on long queues).
+
+    With ``reestimate`` (the default) waiting jobs are re-estimated when the
+    estimator learned something that may change their estimate, before the next
+    snapshot is taken (see :meth:`refresh_estimates`): a job of a model nobody had
+    run yet gets the better estimate as soon as a job of its model finished, as it
+    would by waiting. Estimators that learn nothing (``learns = False``: oracle,
+    noisy, user) are never asked twice.
     """
 
     def __init__(
@@ -232,6 +239,7 @@ class World:
         eta_max_cycles: int = 400,
         eta_every: int = 1,
         project: ProjectFn | None = None,
+        reestimate: bool = True,
     ) -> None:
         if tick_s is not None and tick_s <= 0:
             raise ValueError("tick_s must be positive")
@@ -291,6 +299,16 @@ class World:
         self._unprojected: list[str] = []  # arrived jobs awaiting their first ETA
         self._eta_calls = 0
         self._eta_wall_s = 0.0
+        # Re-estimation of waiting jobs (refresh_estimates). Learning is counted in
+        # observations; each job remembers the count its estimate was made at.
+        self.reestimate = reestimate and bool(getattr(estimator, "learns", True))
+        self.reestimates = 0  # estimate() calls made for jobs already estimated
+        self._learned = 0  # observations so far
+        self._learned_by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
+        self._learned_all = 0  # count when the estimator's knowledge version last changed
+        self._version = knowledge_version(estimator)
+        self._refreshed_at = 0  # count at the last refresh
+        self._estimated_at: dict[str, int] = {}  # job key -> count its estimate was made at
 
     # ------------------------------------------------------------------ setup
 
@@ -426,12 +444,55 @@ class World:
             record.infeasible = True
             return
         job = replace(job, estimate=self.estimator.estimate(job, self.gpu_types))
+        self._estimated_at[job.key] = self._learned
         self._states[job.key] = _State(job=job, record=record)
         self._enqueue(job)
         if self.eta:
             self._admitted += 1
             if (self._admitted - 1) % self.eta_every == 0:
                 self._unprojected.append(job.key)
+
+    def refresh_estimates(self) -> int:
+        """Re-estimate the waiting jobs whose estimate may be out of date; returns how many.
+
+        What the estimator learns from a finished job is taken to change only the
+        estimates of jobs of the same model or the same user; anything wider (the
+        predictor retraining) changes its knowledge version (:func:`knowledge_version`),
+        and every waiting job is then re-estimated. A job is re-estimated only when
+        something of that kind was learned after its estimate was made, so a job whose
+        model nobody ran meanwhile is never asked twice. The estimates are asked for in
+        one batch (``estimate_many(jobs, gpu_types)`` when the estimator has it).
+        """
+        version = knowledge_version(self.estimator)
+        if version != self._version:
+            self._version = version
+            self._learned += 1  # a change with no observation of its own (a thread retrained)
+            self._learned_all = self._learned
+        if self._learned == self._refreshed_at:
+            return 0
+        self._refreshed_at = self._learned
+        stamps, by, every = self._estimated_at, self._learned_by, self._learned_all
+        stale = []
+        for key, job in self._pending.items():
+            stamp = stamps[key]
+            if (
+                stamp < every
+                or stamp < by.get(("m", job.model), -1)
+                or (job.user and stamp < by.get(("u", job.user), -1))
+            ):
+                stale.append(job)
+        if not stale:
+            return 0
+        estimates = estimate_many(self.estimator, stale, self.gpu_types)
+        self.reestimates += len(stale)
+        for job, estimate in zip(stale, estimates, strict=True):
+            stamps[job.key] = self._learned
+            if estimate == job.estimate:
+                continue
+            new = replace(job, estimate=estimate)
+            self._pending[job.key] = new
+            self._states[job.key].job = new
+        return len(stale)
 
     def _enqueue(self, job: Job) -> None:
         self._pending[job.key] = job
@@ -454,7 +515,9 @@ class World:
         return False
 
     def snapshot(self) -> Snapshot:
-        """The world as the scheduler sees it now."""
+        """The world as the scheduler sees it now (waiting jobs' estimates brought up to date)."""
+        if self.reestimate:
+            self.refresh_estimates()
         return Snapshot(
             now_s=self.now_s,
             policy=self.policy,
@@ -639,6 +702,16 @@ class World:
         record.finish_s = self.now_s
         record.runtime_s = state.full_runtime_s
         self.estimator.observe(state.job, gpu_type, state.full_runtime_s)
+        if self.reestimate:
+            self._learned += 1
+            self._learned_by[("m", state.job.model)] = self._learned
+            if state.job.user:
+                self._learned_by[("u", state.job.user)] = self._learned
+            version = knowledge_version(self.estimator)
+            if version != self._version:  # it retrained: every estimate may change
+                self._version = version
+                self._learned_all = self._learned
+        self._estimated_at.pop(key, None)
         return 1
 
     def _preempt(self, key: str) -> None:
@@ -654,6 +727,26 @@ class World:
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
         state.job = job
         self._enqueue(job)
+
+
+def knowledge_version(estimator: Estimator) -> object:
+    """What changes when ``estimator``'s knowledge changed beyond the jobs it observed.
+
+    Its ``version`` attribute, else its ``retrains`` count (the predictor's: a retrained
+    model may change every estimate), else None (nothing beyond the observed jobs).
+    """
+    version = getattr(estimator, "version", None)
+    return version if version is not None else getattr(estimator, "retrains", None)
+
+
+def estimate_many(
+    estimator: Estimator, jobs: Sequence[Job], gpu_types: Sequence[str]
+) -> list[Estimate]:
+    """Estimates of ``jobs``: one ``estimate_many`` call when the estimator has it."""
+    batch = getattr(estimator, "estimate_many", None)
+    if batch is not None:
+        return list(batch(jobs, gpu_types))
+    return [estimator.estimate(job, gpu_types) for job in jobs]
 
 
 def truth_for(trace: Iterable[TraceJob], reference_gpu: str) -> TrueRuntime:
