@@ -23,9 +23,18 @@ Variants (``a`` is the compute share of the speed-up
   training rows (batch-size dependent: small batches gain less from a faster GPU);
 - ``one_gpu_x_scaling``: the job's one-GPU throughput scaled by ``fitted_a``, times
   the anchors' own multi-GPU speed-up;
+- ``exchange_over_link``: the current prior (:meth:`predictor.model.Priors.anchor`):
+  one GPU's time per sample (``fitted_a`` on one-GPU rows) plus each anchor's measured
+  gradient-exchange time per sample (``m / s_m - 1 / s_1``), scaled by the ratio of
+  the GPUs' link bandwidths (catalog ``link_gbs``: K80 8, P100 16, V100 SXM2 150 GB/s);
+- ``exchange_same_time``: the same, the anchors' exchange time taken as is (no link
+  ratio); ``exchange_none``: one-GPU prior x GPUs (ideal scaling);
 - ``floor_per_model`` / ``floor_per_model_gpus``: the prior ``fitted_a`` times the
   best constant correction per model (per model and GPU count) **fitted on the
-  held-out rows** (not a method: a bound).
+  held-out rows** (not a method: a bound);
+- ``floor_true_one_gpu_exchange``: ``exchange_over_link`` given the held-out type's
+  **measured** one-GPU throughput (not a method: it shows how much of the error is the
+  one-GPU speed-up and how much the multi-GPU scaling).
 
     python bench/bench_predictor_variants.py        # one JSON object
 """
@@ -47,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from predictor.catalog import BenchmarkTable, ModelSpec  # noqa: E402
 from predictor.model import (  # noqa: E402
     Measurement,
+    Priors,
     Specs,
     blend_ratio,
     fit_alpha,
@@ -163,6 +173,7 @@ def run(holdout: str, rows: Sequence[Measurement], specs: Specs) -> dict[str, fl
         preds["one_gpu_x_scaling"].append(
             base + float(np.mean(scale)) if base is not None and scale else preds["fitted_a"][-1]
         )
+    _exchange_variants(train, test, specs, preds)
     actual = np.log([m.samples_per_s for m in test])
     out: dict[str, float] = {"n": float(len(test)), "fitted_alpha": round(global_a, 3)}
     for name, values in preds.items():
@@ -182,6 +193,51 @@ def run(holdout: str, rows: Sequence[Measurement], specs: Specs) -> dict[str, fl
         errs = [abs(math.expm1(r - float(np.median(v)))) for v in resid.values() for r in v]
         out[name] = round(float(np.median(errs)) * 100, 1)
     return out
+
+
+def _exchange_variants(
+    train: Sequence[Measurement],
+    test: Sequence[Measurement],
+    specs: Specs,
+    preds: dict[str, list[float | None]],
+) -> None:
+    """Log predictions of the exchange-time variants (see the module doc) into ``preds``."""
+    priors = Priors(train, specs)
+    truth = {_key(m): m.samples_per_s for m in test}
+    measured: dict[Key, dict[str, float]] = defaultdict(dict)
+    for m in train:
+        measured[_key(m)][m.gpu_type] = m.samples_per_s
+
+    def exchange(m: Measurement, link_power: float) -> float | None:
+        """Mean exchange time per sample over the anchors measured on 1 and m.gpus GPUs."""
+        one = measured.get((m.model, m.input, m.batch_size, 1), {})
+        here = measured.get(_key(m), {})
+        dst = specs.gpu(m.gpu_type).link_gbs
+        costs, weights = [], []
+        for anchor, sps in here.items():
+            if anchor in one:
+                ratio = specs.gpu(anchor).link_gbs / dst
+                costs.append((m.gpus / sps - 1.0 / one[anchor]) * ratio**link_power)
+                weights.append(1.0 / (0.1 + abs(math.log(ratio))) ** 2)
+        return max(float(np.average(costs, weights=weights)), 0.0) if costs else None
+
+    for m in test:
+        got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        preds["exchange_over_link"].append(math.log(got[0]) if got else None)
+        single = priors.anchor(m.model, m.gpu_type, m.batch_size, 1, m.precision)
+        true_one = truth.get((m.model, m.input, m.batch_size, 1))
+        for name, one, power in (
+            ("exchange_same_time", single[0] if single else None, 0.0),
+            ("exchange_none", single[0] if single else None, None),
+            ("floor_true_one_gpu_exchange", true_one, 1.0),
+        ):
+            if one is None:
+                preds[name].append(None)
+            elif m.gpus == 1 or power is None:
+                preds[name].append(math.log(m.gpus * one))
+            else:
+                cost = exchange(m, power)
+                preds[name].append(None if cost is None else math.log(m.gpus / (1.0 / one + cost)))
 
 
 def main() -> int:

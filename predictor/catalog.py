@@ -80,6 +80,10 @@ class GpuSpec:
     fp16_tflops: float  # dense tensor-core FP16 with FP32 accumulate where available
     memory_gib: float
     bandwidth_gbs: float
+    #: GPU-to-GPU bandwidth inside one server, GB/s each way (NVLink or the PCIe slot);
+    #: 0 when unknown (multi-GPU predictions then assume the anchors' scaling)
+    link_gbs: float = 0.0
+    interconnect: str = ""
     aliases: tuple[str, ...] = ()
     note: str = ""
 
@@ -193,6 +197,8 @@ def _catalogs() -> _Catalogs:
             fp16_tflops=float(e["fp16_tflops"]),
             memory_gib=float(e["memory_gib"]),
             bandwidth_gbs=float(e["bandwidth_gbs"]),
+            link_gbs=float(e.get("link_gbs", 0.0)),
+            interconnect=str(e.get("interconnect", "")),
             aliases=_aliases(e),
             note=str(e.get("note", "")),
         )
@@ -324,7 +330,8 @@ class BenchmarkTable:
     Rows for a model or GPU type that the catalogs do not know are an error naming the
     row, unless the row stands alone: a model row stands alone with ``params_m`` and
     ``forward_gmacs`` (``domain`` optional), a GPU row with ``fp32_tflops``,
-    ``bandwidth_gbs`` and ``memory_gib`` (``fp16_tflops`` optional, defaults to FP32).
+    ``bandwidth_gbs`` and ``memory_gib`` (``fp16_tflops`` optional, defaults to FP32;
+    ``link_gbs`` optional, the GPU-to-GPU bandwidth; unknown when missing).
     """
 
     def __init__(
@@ -451,6 +458,7 @@ class BenchmarkTable:
                 fp16_tflops=_float(raw, "fp16_tflops") or fp32,
                 memory_gib=gfeats["memory_gib"] or 0.0,
                 bandwidth_gbs=gfeats["bandwidth_gbs"] or 0.0,
+                link_gbs=_float(raw, "link_gbs") or 0.0,
             )
         batch = int((raw.get("batch_size") or "").strip() or "0")
         value = float((raw.get("samples_per_s") or "").strip())
@@ -506,6 +514,10 @@ class BenchmarkTable:
     def measured_gpu_types(self, model: str) -> frozenset[str]:
         """GPU types ``model`` (already resolved) was measured on."""
         return frozenset(self._gpus_by_model.get(model, ()))
+
+    def measured_gpu_counts(self, model: str, gpu_type: str) -> frozenset[int]:
+        """GPU counts ``model`` was measured at on ``gpu_type`` (both already resolved)."""
+        return frozenset(self._index.get((model, gpu_type), {}))
 
     def samples_per_s(
         self, model: str, gpu_type: str, batch_size: int | None = None, gpus: int = 1

@@ -57,7 +57,9 @@ FEATURES: tuple[str, ...] = (
     "domain_code",
     "precision_is_fp32",
 )
-SCHEMA_VERSION = 2  # 2: the prior is the fitted-alpha anchor / latency-aware roofline
+#: 2: the prior is the fitted-alpha anchor / latency-aware roofline; 3: multi-GPU anchors
+#: add the gradient exchange over the GPUs' link, alpha is fitted on one-GPU rows
+SCHEMA_VERSION = 3
 
 #: Domains with a fixed code (unknown ones map to 0).
 DOMAINS: tuple[str, ...] = (

@@ -380,7 +380,13 @@ class Priors:
         for m in measurements:
             by_model[m.model].add(m.gpu_type)
         self._measured = {k: frozenset(v) for k, v in by_model.items()}
-        self.alpha = fit_alpha(measurements, specs)
+        # the compute share describes one GPU's speed-up: multi-GPU rows also carry the
+        # gradient exchange, which the multi-GPU prior models on its own (link bandwidth)
+        self.alpha = fit_alpha(
+            [m for m in measurements if m.gpus == 1],
+            specs,
+            default=fit_alpha(measurements, specs),
+        )
         self.roof = fit_roofline(measurements, specs)
         self._cache: dict[tuple[Any, ...], tuple[float, float] | None] = {}
 
@@ -406,8 +412,16 @@ class Priors:
     ) -> tuple[float, float] | None:
         """(prior samples/s, distance) scaled from the model's *other* GPU types, or None.
 
-        The distance is the |log catalog ratio| to the nearest anchor type; anchors are
-        weighted by 1 / (0.1 + |log ratio|)^2 in a geometric mean.
+        One GPU: each anchor type's throughput times :func:`blend_ratio`, combined in a
+        geometric mean weighted by 1 / (0.1 + |log ratio|)^2 (closest types weigh most).
+        The distance is the log catalog ratio to the nearest anchor type.
+
+        Several GPUs (:meth:`_with_exchange`): a data-parallel step is one GPU's step plus
+        the gradient exchange, which runs over the server's GPU-to-GPU link, not at the
+        GPU's compute speed. So the one-GPU prior is combined with each anchor's measured
+        exchange cost, scaled by the ratio of the link bandwidths (catalog ``link_gbs``).
+        Without link figures or multi-GPU anchors: the anchors' own multi-GPU rows scaled
+        like one GPU (the anchors' scaling efficiency).
         """
         key = (model, gpu_type, batch_size, gpus, precision)
         if key in self._cache:
@@ -415,24 +429,86 @@ class Priors:
         result: tuple[float, float] | None = None
         anchors = sorted(self.measured_types(model) - {gpu_type})
         if anchors:
-            target = self.specs.gpu(gpu_type)
-            total_w = total = 0.0
-            nearest = math.inf
-            for anchor in anchors:
-                sps = self.table.samples_per_s(model, anchor, batch_size, gpus)
-                if sps is None:
-                    continue
-                ratio = blend_ratio(self.specs.gpu(anchor), target, precision, self.alpha)
-                distance = abs(math.log(ratio))
-                weight = 1.0 / (0.1 + distance) ** 2
-                total += weight * math.log(sps * ratio)
-                total_w += weight
-                if distance < abs(nearest):
-                    nearest = math.log(ratio)
-            if total_w > 0:
-                result = (math.exp(total / total_w), nearest)
+            if gpus > 1:
+                result = self._with_exchange(model, gpu_type, batch_size, gpus, precision, anchors)
+            if result is None:
+                result = self._scaled(model, gpu_type, batch_size, gpus, precision, anchors)
         self._cache[key] = result
         return result
+
+    def _scaled(
+        self,
+        model: str,
+        gpu_type: str,
+        batch_size: int,
+        gpus: int,
+        precision: str,
+        anchors: Sequence[str],
+    ) -> tuple[float, float] | None:
+        """Anchors' throughput at ``gpus`` times the catalog speed-up, combined."""
+        target = self.specs.gpu(gpu_type)
+        total_w = total = 0.0
+        nearest = math.inf
+        for anchor in anchors:
+            sps = self.table.samples_per_s(model, anchor, batch_size, gpus)
+            if sps is None:
+                continue
+            ratio = blend_ratio(self.specs.gpu(anchor), target, precision, self.alpha)
+            distance = abs(math.log(ratio))
+            weight = 1.0 / (0.1 + distance) ** 2
+            total += weight * math.log(sps * ratio)
+            total_w += weight
+            if distance < abs(nearest):
+                nearest = math.log(ratio)
+        return (math.exp(total / total_w), nearest) if total_w > 0 else None
+
+    def _with_exchange(
+        self,
+        model: str,
+        gpu_type: str,
+        batch_size: int,
+        gpus: int,
+        precision: str,
+        anchors: Sequence[str],
+    ) -> tuple[float, float] | None:
+        """Multi-GPU prior: one GPU's time per sample plus the exchange's, per worker.
+
+        For an anchor measured on one GPU (``s1``) and on ``m`` GPUs (``sm``, the count
+        nearest ``gpus``), each worker spends ``m / sm - 1 / s1`` seconds per sample
+        beyond its compute: the gradient exchange (its volume is the model's, so the
+        batch cancels). On the target it takes that times ``link(anchor) / link(target)``.
+        The anchors' costs are averaged with weights 1 / (0.1 + |log link ratio|)^2 (an
+        anchor on the same kind of link says most), clipped at 0, and added to the
+        one-GPU prior's time per sample: ``samples/s = gpus / (1 / one + exchange)``
+        (like the table, linear in ``gpus`` beyond the nearest measured count). None when
+        the target's link is unknown or no anchor was measured on 1 and 2+ GPUs.
+        """
+        link = self.specs.gpu(gpu_type).link_gbs
+        if link <= 0:
+            return None
+        singles = [a for a in anchors if 1 in self.table.measured_gpu_counts(model, a)]
+        total_w = total = 0.0
+        for anchor in singles:
+            spec = self.specs.gpu(anchor)
+            counts = self.table.measured_gpu_counts(model, anchor) - {1}
+            if spec.link_gbs <= 0 or not counts:
+                continue
+            m = min(counts, key=lambda g: (abs(math.log(g / gpus)), g))
+            sm = self.table.samples_per_s(model, anchor, batch_size, m)
+            s1 = self.table.samples_per_s(model, anchor, batch_size, 1)
+            if not sm or not s1:
+                continue
+            ratio = spec.link_gbs / link
+            weight = 1.0 / (0.1 + abs(math.log(ratio))) ** 2
+            total += weight * (m / sm - 1.0 / s1) * ratio
+            total_w += weight
+        if total_w <= 0:
+            return None
+        one = self._scaled(model, gpu_type, batch_size, 1, precision, singles)
+        if one is None:
+            return None
+        exchange_s = max(total / total_w, 0.0)
+        return gpus / (1.0 / one[0] + exchange_s), one[1]
 
 
 def _one_thread() -> Any:

@@ -73,6 +73,18 @@ def test_gpu_specs_are_plausible():
         assert name == name.upper()
 
 
+def test_gpu_links_are_plausible():
+    """Every GPU names its GPU-to-GPU link; NVLink (SXM) parts outpace any PCIe slot."""
+    for name in catalog.gpu_types():
+        spec = gpu_spec(name)
+        assert spec.link_gbs > 0 and spec.interconnect, name
+        pcie = "PCIe" in spec.interconnect
+        assert (spec.link_gbs <= 32) == pcie, name
+    # a K80 board's two GPUs share one PCIe 3.0 x16 slot
+    assert gpu_spec("K80").link_gbs == gpu_spec("P100").link_gbs / 2
+    assert gpu_spec("V100-16GB").link_gbs > 4 * gpu_spec("V100S-32GB").link_gbs
+
+
 def test_required_gpu_types_are_present():
     """The catalog covers the types the issue lists."""
     required = {
@@ -242,6 +254,19 @@ def test_stand_alone_rows_are_accepted(tmp_path):
     assert table.samples_per_s("mynet", "mi300x", 32) == 500
     assert table.model_spec("mynet").forward_gmacs == 2
     assert table.gpu_spec("MI300X").bandwidth_gbs == 5300
+    assert table.gpu_spec("MI300X").link_gbs == 0  # not given: unknown
+
+
+def test_stand_alone_gpu_row_may_give_its_link(tmp_path):
+    """A stand-alone GPU row's optional link_gbs column is read."""
+    path = _write(
+        tmp_path,
+        "model,gpu_type,batch_size,samples_per_s,gpus,fp32_tflops,bandwidth_gbs,memory_gib,"
+        "link_gbs\nresnet50,MI300X,32,500,8,163,5300,192,64\n",
+    )
+    table = BenchmarkTable.load(path)
+    assert table.gpu_spec("MI300X").link_gbs == 64
+    assert table.measured_gpu_counts("resnet50", "MI300X") == {8}
 
 
 def test_samples_per_s_lookup_rules():

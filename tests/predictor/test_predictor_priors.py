@@ -1,4 +1,5 @@
-"""The scaling priors: fitted compute share, latency-aware roofline, no leakage in holdouts."""
+"""The scaling priors: fitted compute share, gradient exchange over the GPUs' link,
+latency-aware roofline, no leakage in holdouts."""
 
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ def test_roofline_latency_makes_small_batches_slower_per_sample():
         ("scaling", {"holdout_gpu": "K80"}),
         ("scaling", {"holdout_model": "transformer"}),
         ("rf", {"holdout_model": "lstm-lm"}),
+        ("scaling", {"holdout_gpu": "V100-16GB"}),
+        ("rf", {"holdout_gpu": "P100"}),
     ],
 )
 def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
@@ -108,3 +111,54 @@ def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
         [m.samples_per_s for m in test_b]
     )
     np.testing.assert_allclose(pred_a, pred_b, rtol=1e-9)
+
+
+#: per-worker seconds per sample spent exchanging gradients over a 1 GB/s link, per model
+_EXCHANGE = {"resnet50": 0.02, "bert-base": 0.05, "gpt2": 0.3}
+
+
+def _exchange_rows(alpha: float) -> list[Measurement]:
+    """One-GPU speed-ups follow blend_ratio(alpha); n GPUs add exchange time / link."""
+    rows = []
+    for one in _blended_rows(alpha):
+        rows.append(one)
+        link = gpu_spec(one.gpu_type).link_gbs
+        for gpus in (2, 8):
+            per_sample_s = 1.0 / one.samples_per_s + _EXCHANGE[one.model] * (gpus - 1) / link
+            rows.append(replace(one, gpus=gpus, samples_per_s=gpus / per_sample_s))
+    return rows
+
+
+@pytest.mark.parametrize("holdout", ["A10", "V100-16GB"])
+def test_exchange_prior_moves_the_exchange_time_by_link_bandwidth(holdout):
+    """Multi-GPU rows made of compute + exchange/link are predicted exactly on a held-out
+    type whose link differs from every anchor's; scaling efficiencies would be wrong."""
+    rows = _exchange_rows(0.3)
+    train = [m for m in rows if m.gpu_type != holdout]
+    priors = pm.Priors(train, Specs())
+    assert priors.alpha == pytest.approx(0.3, abs=1e-6)
+    for m in (m for m in rows if m.gpu_type == holdout and m.gpus > 1):
+        got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        assert got is not None
+        assert got[0] == pytest.approx(m.samples_per_s, rel=1e-6), m
+        old = priors._scaled(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision, list(GPUS[:1]))
+        assert old is not None and abs(old[0] / m.samples_per_s - 1) > 0.02, m
+
+
+def test_exchange_prior_falls_back_without_link_figures():
+    """A GPU type with no link figure gets the anchors' own multi-GPU scaling."""
+    table = BenchmarkTable(
+        [],
+        extra_gpus={
+            "NOLINK": replace(
+                gpu_spec("A10"), name="NOLINK", family="NOLINK", link_gbs=0.0, aliases=()
+            )
+        },
+    )
+    specs = Specs(table)
+    rows = [m for m in _exchange_rows(0.5) if m.gpu_type != "A10"]
+    priors = pm.Priors(rows, specs)
+    anchors = sorted(priors.measured_types("gpt2"))
+    got = priors.anchor("gpt2", "NOLINK", 16, 8, "fp32")
+    assert got == priors._scaled("gpt2", "NOLINK", 16, 8, "fp32", anchors)
+    assert got != priors.anchor("gpt2", "A10", 16, 8, "fp32")
