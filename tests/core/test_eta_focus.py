@@ -1,0 +1,174 @@
+"""The focused projection (each cycle over the jobs that can act) equals the plain replay."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+
+from cpn.core import cycle, eta
+from cpn.core.eta import project
+from cpn.core.model import Cluster, Job, Node, Running, Snapshot
+from cpn.core.policy import (
+    Aging,
+    GroupQuota,
+    Level,
+    Limit,
+    Placement,
+    QueuePolicy,
+    Quotas,
+    Reservation,
+)
+from tests.builders import job
+
+TYPES = ("K80", "P100", "V100-16GB")
+
+POLICIES = {
+    "default": QueuePolicy(),
+    "big4": QueuePolicy(reservation=Reservation(min_gpus=4, max_reservations=3)),
+    "no-claim-no-backfill": QueuePolicy(
+        reservation=Reservation(min_gpus=4, claim_big=False, backfill=False)
+    ),
+    "draining": QueuePolicy(
+        aging=Aging(rate=1.0, max_wait_s=None),
+        reservation=Reservation(min_gpus=8, drain_after_s=20 * 3600.0, drain_ratio=1.2),
+    ),
+    "wait-for-faster": QueuePolicy(placement=Placement(wait_for_faster=True)),
+    "quotas": QueuePolicy(
+        quotas=Quotas(
+            groups=MappingProxyType(
+                {"a": GroupQuota(limit=Limit(gpus=6)), "b": GroupQuota(limit=Limit(gpus=10))}
+            )
+        )
+    ),
+    "levels-sjf": QueuePolicy(
+        ordering="sjf", levels=(Level(name="big", min_gpus=4), Level(name="rest"))
+    ),
+    "no-reservation": QueuePolicy(reservation=Reservation(enabled=False)),
+}
+
+
+def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
+    """A cluster set partly busy, running jobs ending at various times, a mixed queue."""
+    rng = random.Random(seed)
+    now = 1_000_000.0
+    clusters: list[Cluster] = []
+    running: list[Running] = []
+    serial = 0
+    for c, gpu_type in enumerate(TYPES[: rng.randint(2, 3)]):
+        name = f"c{c}"
+        nodes = []
+        for n in range(rng.randint(2, 4)):
+            size = rng.choice((4, 8))
+            used = 0
+            while used < size and rng.random() < 0.7:
+                gpus = rng.choice((1, 1, 2, 4))
+                if used + gpus > size:
+                    break
+                used += gpus
+                serial += 1
+                end = now + rng.choice((-600.0, 1.0, 1.0)) * rng.uniform(60, 40_000)
+                running.append(
+                    Running(
+                        job=job(f"r{serial}", gpus=gpus, runtime_s=3600.0),
+                        cluster=name,
+                        gpu_type=gpu_type,
+                        nodes=(f"{name}-{n}",),
+                        start_s=now - rng.uniform(0, 20_000),
+                        predicted_end_s=end,
+                    )
+                )
+            nodes.append(
+                Node(
+                    cluster=name,
+                    name=f"{name}-{n}",
+                    gpu_type=gpu_type,
+                    gpus=size,
+                    free_gpus=float(size - used),
+                    gpu_memory_gib=16,
+                    cpu=64,
+                    free_cpu=64,
+                    memory_gib=512,
+                    free_memory_gib=512,
+                )
+            )
+        clusters.append(Cluster(name=name, nodes=tuple(nodes)))
+    jobs: list[Job] = []
+    for i in range(pending):
+        gpus = rng.choice((1, 1, 1, 1, 2, 4, 4, 8))
+        workers = 2 if gpus >= 4 and rng.random() < 0.3 else 1
+        base = rng.lognormvariate(8.0, 1.2)
+        runtimes = {t: base * f for t, f in zip(TYPES, (3.0, 1.5, 1.0), strict=True)}
+        if rng.random() < 0.2:
+            del runtimes[rng.choice(TYPES)]
+        fields: dict[str, object] = {"group": rng.choice(("a", "b", "c"))}
+        if rng.random() < 0.1:
+            fields["gpu_types"] = frozenset({rng.choice(TYPES)})
+        if rng.random() < 0.05:
+            fields["not_before_s"] = now + rng.uniform(0, 5000)
+        jobs.append(
+            job(
+                f"j{i:03d}",
+                gpus=gpus,
+                workers=workers,
+                submitted_s=now - rng.choice((0.3, 1.0, 1.0, 3.0)) * rng.uniform(0, 30 * 3600),
+                runtime_s=runtimes,
+                **fields,
+            )
+        )
+    return Snapshot(
+        now_s=now,
+        policy=policy,
+        pending=tuple(jobs),
+        running=tuple(running),
+        clusters=tuple(clusters),
+    )
+
+
+@pytest.mark.parametrize("head", [2, 5, 16])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_focused_projection_equals_the_plain_replay(name, head, monkeypatch):
+    """On random snapshots, every projected start and end is the same with and without focus,
+    and some projected cycles did run over a part of the queue only."""
+    monkeypatch.setattr(eta, "_HEAD", head)
+    made: list[eta._Focus] = []
+
+    class Recording(eta._Focus):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(eta, "_Focus", Recording)
+    for seed in range(5):
+        snap = random_snapshot(seed * 31 + len(name), POLICIES[name], pending=24 + 6 * seed)
+        expected = project(snap, focus=False, max_cycles=200)
+        assert expected, "the snapshot projects some job"
+        assert project(snap, max_cycles=200) == expected, f"seed {seed}"
+    assert made and all(f.cycles > 0 for f in made)
+    if head < 16:
+        assert sum(f.cycles - f.whole for f in made) > 0
+
+
+def test_focus_keeps_until_semantics():
+    """With ``until`` the focused projection gives the wanted jobs the plain replay's starts."""
+    snap = random_snapshot(7, QueuePolicy(), pending=60)
+    full = project(snap, focus=False, max_cycles=400)
+    wanted = sorted(full)[-3:]
+    part = project(snap, until=wanted, max_cycles=400)
+    assert {k: part[k] for k in wanted} == {k: full[k] for k in wanted}
+
+
+def test_a_custom_planner_replays_without_focus():
+    """A planner other than plan_cycle sees the whole queue at every cycle."""
+    snap = random_snapshot(3, QueuePolicy(), pending=30)
+    seen: list[int] = []
+
+    def planner(s: Snapshot):
+        seen.append(len(s.pending))
+        return cycle.plan_cycle(s)
+
+    out = project(snap, plan=planner, max_cycles=50)
+    first = len([j for j in snap.pending if not j.suspended])
+    assert seen[0] == first and out == project(replace(snap), focus=False, max_cycles=50)
