@@ -254,20 +254,40 @@ def fit_alpha(measurements: Sequence[Measurement], specs: Specs, default: float 
     return min(max(median, 0.0), 1.0)
 
 
+#: GPU-to-GPU link assumed when the catalog has none (GB/s each way: PCIe 3.0 x16)
+DEFAULT_LINK_GBS = 16.0
+
+
+def exchange_volume_s(model: ModelSpec, gpu: GpuSpec, gpus: int) -> float:
+    """Seconds one ring all-reduce of the FP32 gradients takes at the link's peak.
+
+    Each of ``gpus`` workers sends and receives ``2 (gpus - 1) / gpus`` times the
+    gradients' bytes (4 per parameter) over its GPU-to-GPU link (``link_gbs``; PCIe 3.0
+    x16 when unknown). 0 on one GPU.
+    """
+    if gpus <= 1:
+        return 0.0
+    link = gpu.link_gbs if gpu.link_gbs > 0 else DEFAULT_LINK_GBS
+    return model.params_m * 4e6 * 2.0 * (gpus - 1) / gpus / (link * 1e9)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Roofline:
-    """Throughput of a model from its FLOPs alone: a step costs a fixed latency plus compute.
+    """Throughput of a model from its facts alone: latency, compute, gradient exchange.
 
-    ``step_s = t0_s + batch x training FLOPs per sample / (efficiency x gpu_speed(alpha))``
-    on one GPU, and ``samples/s = gpus^scaling x batch / step_s``. The fixed ``t0_s``
-    (kernel launches, framework, input pipeline) is why small batches and tiny models are
-    far below their FLOPs bound. The four numbers are fitted on the training rows.
+    One worker's step takes ``t0_s + batch x training FLOPs per sample / (efficiency x
+    gpu_speed(alpha))``; on several GPUs each step also exchanges the gradients,
+    ``exchange x`` :func:`exchange_volume_s` (the ring all-reduce's time at the link's
+    peak; ``exchange`` > 1 when it is slower than peak or not overlapped with the
+    backward pass). ``samples/s = gpus x batch / step``. The fixed ``t0_s`` (kernel
+    launches, framework, input pipeline) is why small batches and tiny models are far
+    below their FLOPs bound. The four numbers are fitted on the training rows.
     ``batch_size`` 0 (unknown) drops the latency term.
     """
 
     t0_s: float = 0.0
     efficiency: float = 0.3
-    scaling: float = 1.0
+    exchange: float = 1.0
     alpha: float = 0.5
 
     def samples_per_s(
@@ -276,9 +296,12 @@ class Roofline:
         """Predicted samples/s of ``model`` at ``batch_size`` on ``gpus`` x ``gpu``."""
         flops = max(model.train_gflops_per_sample, 1e-6) * 1e9
         per_sample_s = flops / (self.efficiency * gpu_speed(gpu, precision, self.alpha))
+        n = max(gpus, 1)
         b = float(batch_size)
-        per_gpu = 1.0 / per_sample_s if b <= 0 else b / (self.t0_s + b * per_sample_s)
-        return float(max(gpus, 1) ** self.scaling * per_gpu)
+        exchange_s = self.exchange * exchange_volume_s(model, gpu, n)
+        if b <= 0:  # unknown batch: per-sample compute only, exchange spread over 32
+            return n / (per_sample_s + exchange_s / 32.0)
+        return n * b / (self.t0_s + b * per_sample_s + exchange_s)
 
 
 #: rows :func:`fit_roofline` fits on at most
@@ -289,7 +312,7 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     """:class:`Roofline` fitted by robust least squares on log throughput.
 
     Needs rows of at least two models; otherwise (or if the fit fails) the efficiency
-    alone is fitted (median), with no latency term and linear multi-GPU scaling. Four
+    alone is fitted (median), with no latency term and the exchange at link peak. Four
     numbers do not need more than :data:`ROOFLINE_MAX_ROWS` rows: beyond that an evenly
     spaced subset is used (retraining on raw history stays fast).
     """
@@ -309,23 +332,29 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
         [specs.gpu(m.gpu_type).bandwidth_gbs * 1e9 * FLOPS_PER_BYTE for m in measurements]
     )
     batch = np.asarray([max(m.batch_size, 1) for m in measurements], dtype=np.float64)
-    gpus = np.log([max(m.gpus, 1) for m in measurements])
+    gpus = np.asarray([max(m.gpus, 1) for m in measurements], dtype=np.float64)
+    volume = np.asarray(
+        [
+            exchange_volume_s(specs.model(m.model, m.input), specs.gpu(m.gpu_type), m.gpus)
+            for m in measurements
+        ]
+    )
     y = np.log([m.samples_per_s for m in measurements])
     w = np.sqrt(np.asarray([m.weight for m in measurements], dtype=np.float64))
 
     def predict(p: np.ndarray) -> np.ndarray:
         alpha = 1.0 / (1.0 + math.exp(-float(np.clip(p[3], -30, 30))))
         speed = np.exp(alpha * compute + (1 - alpha) * memory)
-        step = math.exp(p[0]) + batch * flops / (math.exp(p[1]) * speed)
-        result: np.ndarray = np.log(batch / step) + p[2] * gpus
+        step = math.exp(p[0]) + batch * flops / (math.exp(p[1]) * speed) + math.exp(p[2]) * volume
+        result: np.ndarray = np.log(gpus * batch / step)
         return result
 
     fallback = Roofline(
         t0_s=0.0,
         efficiency=float(
-            np.exp(np.median(y - gpus - np.log(np.exp(0.5 * (compute + memory)) / flops)))
+            np.exp(np.median(y - np.log(gpus) - np.log(np.exp(0.5 * (compute + memory)) / flops)))
         ),
-        scaling=1.0,
+        exchange=1.0,
         alpha=0.5,
     )
     if len({m.model for m in measurements}) < 2:
@@ -335,9 +364,9 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     try:
         fit = least_squares(
             lambda p: (predict(p) - y) * w,
-            np.asarray([math.log(0.01), math.log(0.3), 0.8, 0.0]),
+            np.asarray([math.log(0.01), math.log(0.3), 0.0, 0.0]),
             loss="soft_l1",
-            bounds=([-20.0, -12.0, 0.0, -30.0], [3.0, 3.0, 1.0, 30.0]),
+            bounds=([-20.0, -12.0, -20.0, -30.0], [3.0, 3.0, 10.0, 30.0]),
         )
     except (ValueError, np.linalg.LinAlgError) as exc:  # pragma: no cover - defensive
         log.warning("roofline fit failed (%s); median efficiency only", exc)
@@ -346,7 +375,7 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     return Roofline(
         t0_s=float(math.exp(p[0])),
         efficiency=float(math.exp(p[1])),
-        scaling=float(p[2]),
+        exchange=float(math.exp(p[2])),
         alpha=float(1.0 / (1.0 + math.exp(-p[3]))),
     )
 

@@ -52,7 +52,7 @@ def test_fit_alpha_is_clipped_and_defaults_without_pairs():
 
 def test_roofline_fit_recovers_a_latency_bound_table():
     """Rows made by a known Roofline are fitted back to within a few percent."""
-    truth = Roofline(t0_s=0.02, efficiency=0.4, scaling=0.9, alpha=0.3)
+    truth = Roofline(t0_s=0.02, efficiency=0.4, exchange=3.0, alpha=0.3)
     rows = []
     for model in ("resnet50", "bert-base", "gpt2", "lstm-lm"):
         for gpu in GPUS:
@@ -72,13 +72,30 @@ def test_roofline_fit_recovers_a_latency_bound_table():
     fitted = fit_roofline(rows, Specs())
     assert fitted.t0_s == pytest.approx(truth.t0_s, rel=0.05)
     assert fitted.efficiency == pytest.approx(truth.efficiency, rel=0.05)
-    assert fitted.scaling == pytest.approx(truth.scaling, abs=0.02)
+    assert fitted.exchange == pytest.approx(truth.exchange, rel=0.05)
     assert fitted.alpha == pytest.approx(truth.alpha, abs=0.05)
+
+
+def test_roofline_exchange_costs_more_for_big_models_on_slow_links():
+    """The gradient exchange grows with the parameters and shrinks with the link: 8 GPUs
+    lose more to it on PCIe than on NVLink, and more for the LSTM (many parameters per
+    FLOP) than for ResNet-50."""
+    roof = Roofline(t0_s=0.01, efficiency=0.3, exchange=2.0, alpha=0.5)
+
+    def efficiency(model: str, gpu: str) -> float:
+        spec, card = model_spec(model), gpu_spec(gpu)
+        return roof.samples_per_s(spec, card, 32, 8, "fp32") / (
+            8 * roof.samples_per_s(spec, card, 32, 1, "fp32")
+        )
+
+    assert efficiency("lstm-lm", "V100S-32GB") < efficiency("lstm-lm", "V100-16GB") < 1.0
+    assert efficiency("lstm-lm", "V100S-32GB") < efficiency("resnet50", "V100S-32GB")
+    assert pm.exchange_volume_s(model_spec("gpt2"), gpu_spec("A10"), 1) == 0.0
 
 
 def test_roofline_latency_makes_small_batches_slower_per_sample():
     """With a fixed per-step latency, samples/s grows with the batch and saturates."""
-    roof = Roofline(t0_s=0.05, efficiency=0.3, scaling=1.0, alpha=0.5)
+    roof = Roofline(t0_s=0.05, efficiency=0.3, exchange=1.0, alpha=0.5)
     spec, gpu = model_spec("resnet50"), gpu_spec("A100-40GB")
     small, large, huge = (roof.samples_per_s(spec, gpu, b, 1, "fp32") for b in (1, 64, 4096))
     assert small < large < huge
