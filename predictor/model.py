@@ -418,6 +418,24 @@ class Priors:
         )
         self.roof = fit_roofline(measurements, specs)
         self._cache: dict[tuple[Any, ...], tuple[float, float] | None] = {}
+        # lookups shared by many keys: (model, anchor, batch, gpus) -> samples/s, and
+        # (anchor, target, precision) -> speed-up
+        self._sps: dict[tuple[str, str, int, int], float | None] = {}
+        self._ratios: dict[tuple[str, str, str], float] = {}
+
+    def _measured_sps(self, model: str, anchor: str, batch_size: int, gpus: int) -> float | None:
+        key = (model, anchor, batch_size, gpus)
+        if key not in self._sps:
+            self._sps[key] = self.table.samples_per_s(model, anchor, batch_size, gpus)
+        return self._sps[key]
+
+    def _ratio(self, anchor: str, target: str, precision: str) -> float:
+        key = (anchor, target, precision)
+        if key not in self._ratios:
+            self._ratios[key] = blend_ratio(
+                self.specs.gpu(anchor), self.specs.gpu(target), precision, self.alpha
+            )
+        return self._ratios[key]
 
     def measured_types(self, model: str) -> frozenset[str]:
         """GPU types ``model`` has measurements on."""
@@ -475,14 +493,13 @@ class Priors:
         anchors: Sequence[str],
     ) -> tuple[float, float] | None:
         """Anchors' throughput at ``gpus`` times the catalog speed-up, combined."""
-        target = self.specs.gpu(gpu_type)
         total_w = total = 0.0
         nearest = math.inf
         for anchor in anchors:
-            sps = self.table.samples_per_s(model, anchor, batch_size, gpus)
+            sps = self._measured_sps(model, anchor, batch_size, gpus)
             if sps is None:
                 continue
-            ratio = blend_ratio(self.specs.gpu(anchor), target, precision, self.alpha)
+            ratio = self._ratio(anchor, gpu_type, precision)
             distance = abs(math.log(ratio))
             weight = 1.0 / (0.1 + distance) ** 2
             total += weight * math.log(sps * ratio)
@@ -523,8 +540,8 @@ class Priors:
             if spec.link_gbs <= 0 or not counts:
                 continue
             m = min(counts, key=lambda g: (abs(math.log(g / gpus)), g))
-            sm = self.table.samples_per_s(model, anchor, batch_size, m)
-            s1 = self.table.samples_per_s(model, anchor, batch_size, 1)
+            sm = self._measured_sps(model, anchor, batch_size, m)
+            s1 = self._measured_sps(model, anchor, batch_size, 1)
             if not sm or not s1:
                 continue
             ratio = spec.link_gbs / link
@@ -533,7 +550,10 @@ class Priors:
             total_w += weight
         if total_w <= 0:
             return None
-        one = self._scaled(model, gpu_type, batch_size, 1, precision, singles)
+        one_key = (model, gpu_type, batch_size, 1, precision, "singles")
+        if one_key not in self._cache:
+            self._cache[one_key] = self._scaled(model, gpu_type, batch_size, 1, precision, singles)
+        one = self._cache[one_key]
         if one is None:
             return None
         exchange_s = max(total / total_w, 0.0)
