@@ -265,9 +265,24 @@ class _Focus:
                 worthy |= waited >= max_wait
             claims = (self.gpus >= res.min_gpus) if res.claim_big else np.zeros_like(worthy)
             holders = eligible & (draining | worthy & (claims | ~fits[self.class_of]))
-        head = _HEAD
+        # Possible holders in the order cycle._reserve_ahead tries them; it stops at
+        # max_reservations, so those after the first few matter only when these reserve less.
+        ranked = np.flatnonzero(holders)
+        ranked = ranked[
+            np.lexsort(
+                (
+                    self.key_rank[ranked],
+                    self.submit[ranked],
+                    self.gpus[ranked] < res.min_gpus,
+                    ~draining[ranked],
+                    self.level[ranked],
+                )
+            )
+        ]
+        head, first = _HEAD, 2 * res.max_reservations
         while head < len(order):
-            chosen = holders.copy()
+            chosen = np.zeros(len(self.jobs), dtype=bool)
+            chosen[ranked[:first]] = True
             chosen[order[:head]] = True
             if self.dominance:
                 chosen[self._probes(eligible & ~chosen, fit_now)] = True
@@ -278,6 +293,14 @@ class _Focus:
                 chosen = balanced
             rows = np.flatnonzero(chosen)
             plan = run(replace(base, pending=tuple(self.jobs[i] for i in rows)))
+            if first < len(ranked):
+                tried = {self.jobs[i].key for i in ranked[:first]}
+                reserved = sum(
+                    1 for h in plan.holds if h.reserved_start_s is not None and h.job_key in tried
+                )
+                if reserved < res.max_reservations:
+                    first *= 4
+                    continue
             if self._settled(plan, base, position, head, eligible & ~chosen):
                 return plan
             head *= 4
