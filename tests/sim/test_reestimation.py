@@ -140,6 +140,39 @@ def test_a_job_arriving_after_the_lesson_is_not_asked_again():
     assert recs["b"].estimate_s == pytest.approx(500.0)
 
 
+def test_a_running_job_s_predicted_end_follows_its_new_estimate():
+    """'b' runs while 'a' (same model) finishes: the next snapshot shows b's learned end."""
+    jobs = [
+        tjob("a", submit_s=0, duration_s=100, model="resnet50", batch_size=64, steps=100),
+        tjob("b", submit_s=0, duration_s=500, model="resnet50", batch_size=64, steps=500),
+        tjob("c", submit_s=50, duration_s=100, model="vgg16", batch_size=64, steps=100),
+    ]
+    seen: dict[float, float] = {}
+
+    def plan(snapshot):
+        for running in snapshot.running:
+            if running.job.key == "b":
+                seen[snapshot.now_s] = running.predicted_end_s
+        return greedy_plan(snapshot)
+
+    cl = clusters({"a": [(1, "V100", 2)]})
+    for reestimate, want in ((True, 500.0), (False, DEFAULT_ESTIMATE_S)):
+        seen.clear()
+        world = World(
+            jobs,
+            cl,
+            POLICY,
+            HistoryEstimator(cl.reference_gpu),
+            plan=plan,
+            transfer=no_transfer,
+            reestimate=reestimate,
+            skip_full_cycles=False,  # a cycle at 50 although nothing fits
+        )
+        world.run()
+        assert seen[50] == DEFAULT_ESTIMATE_S  # nothing learned yet
+        assert seen[100] == pytest.approx(want)  # 'a' finished at 100: 1 s per step
+
+
 def test_knowledge_version_reads_version_then_retrains():
     """An estimator's version attribute wins; the predictor's retrain count is the fallback."""
 

@@ -116,6 +116,8 @@ class _State:
     node_keys: tuple[tuple[str, str], ...] = ()
     compute_start_s: float = 0.0  # when useful work began in this attempt
     full_runtime_s: float = 0.0  # true runtime of the whole job on this attempt's GPU type
+    predicted_offset_s: float = 0.0  # predicted transfer + restart of this attempt
+    predicted_remaining: float = 1.0  # fraction of the work left when this attempt started
 
 
 class _NodeState:
@@ -211,11 +213,11 @@ class World:
     ``eta_every`` = k only every k-th admitted job is projected (a sample, k
     times cheaper on long queues).
 
-    With ``reestimate`` (the default) waiting jobs are re-estimated when the
-    estimator learned something that may change their estimate, before the next
+    With ``reestimate`` (the default) waiting and running jobs are re-estimated when
+    the estimator learned something that may change their estimate, before the next
     snapshot is taken (see :meth:`refresh_estimates`): a job of a model nobody had
-    run yet gets the better estimate as soon as a job of its model finished, as it
-    would by waiting. Estimators that learn nothing (``learns = False``: oracle,
+    run yet gets the better estimate as soon as a job of its model finished, and a
+    running one a better predicted end. Estimators that learn nothing (``learns = False``: oracle,
     noisy, user) are never asked twice.
     """
 
@@ -453,7 +455,10 @@ class World:
                 self._unprojected.append(job.key)
 
     def refresh_estimates(self) -> int:
-        """Re-estimate the waiting jobs whose estimate may be out of date; returns how many.
+        """Re-estimate the jobs whose estimate may be out of date; returns how many.
+
+        Waiting jobs get the new estimate; running jobs too, with their predicted end
+        recomputed from it (what the scheduler believes about when their room frees).
 
         What the estimator learns from a finished job is taken to change only the
         estimates of jobs of the same model or the same user; anything wider (the
@@ -472,15 +477,17 @@ class World:
             return 0
         self._refreshed_at = self._learned
         stamps, by, every = self._estimated_at, self._learned_by, self._learned_all
-        stale = []
-        for key, job in self._pending.items():
-            stamp = stamps[key]
-            if (
+
+        def is_stale(job: Job) -> bool:
+            stamp = stamps[job.key]
+            return (
                 stamp < every
                 or stamp < by.get(("m", job.model), -1)
-                or (job.user and stamp < by.get(("u", job.user), -1))
-            ):
-                stale.append(job)
+                or bool(job.user and stamp < by.get(("u", job.user), -1))
+            )
+
+        stale = [job for job in self._pending.values() if is_stale(job)]
+        stale += [r.job for r in self._running.values() if is_stale(r.job)]
         if not stale:
             return 0
         estimates = estimate_many(self.estimator, stale, self.gpu_types)
@@ -490,8 +497,18 @@ class World:
             if estimate == job.estimate:
                 continue
             new = replace(job, estimate=estimate)
-            self._pending[job.key] = new
-            self._states[job.key].job = new
+            state = self._states[job.key]
+            state.job = new
+            running = self._running.get(job.key)
+            if running is None:
+                self._pending[job.key] = new
+                continue
+            predicted = estimate.on(running.gpu_type)
+            end = running.predicted_end_s
+            if predicted is not None:
+                end = running.start_s + state.predicted_offset_s
+                end += predicted * state.predicted_remaining
+            state.running = self._running[job.key] = replace(running, job=new, predicted_end_s=end)
         return len(stale)
 
     def _enqueue(self, job: Job) -> None:
@@ -655,6 +672,8 @@ class World:
             predicted_end_s=now + start.transfer_s + restart_s + predicted,
         )
         state.running = running
+        state.predicted_offset_s = start.transfer_s + restart_s
+        state.predicted_remaining = state.remaining
         del self._pending[key]
         need = _worker_need(job)
         self._needs[need] -= 1
