@@ -90,7 +90,7 @@ def main() -> int:
         t0 = time.monotonic()
         uids = op.create_many(namespace, bodies, workers=args.workers)
         applied = time.monotonic()
-        done = cpn_watch.wait_count(args.n, timeout_s=600)
+        done = cpn_watch.wait_for(uids, timeout_s=600)
         cpn_watch.stop()
         if spy is not None:
             spy.wait()
@@ -138,7 +138,7 @@ def main() -> int:
                 )
             )
         created = time.monotonic()
-        done_direct = direct_watch.wait_count(len(work), timeout_s=600)
+        done_direct = direct_watch.wait_for([b["metadata"]["name"] for _, b in work], timeout_s=600)
         direct_watch.stop()
         out["direct"] = {
             "create_calls_s": round(created - t1, 2),

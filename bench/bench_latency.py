@@ -67,7 +67,7 @@ def main() -> int:
         submit_span = time.monotonic() - t0
         if spy is not None:
             spy.wait()
-        watcher.wait_count(n, timeout_s=300)
+        watcher.wait_for(list(submitted), timeout_s=300)
         watcher.stop()
         latencies = [watcher.seen[uid] - t for uid, t in submitted.items()]
         out["submitted_in_s"] = round(submit_span, 1)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -293,10 +293,16 @@ class JobWatch:
                     self.where[key] = member
                     self.jobs[key] = job
 
-    def wait_count(self, n: int, timeout_s: float) -> float:
-        """Monotonic time when ``n`` Jobs had been seen (TimeoutError otherwise)."""
-        wait_until(lambda: len(self.seen) >= n, timeout_s=timeout_s, what=f"{n} Jobs", every_s=0.05)
-        return max(sorted(self.seen.values())[:n])
+    def wait_for(self, keys: Collection[str], timeout_s: float) -> float:
+        """Monotonic time when the last of ``keys`` was seen (TimeoutError otherwise). Jobs of
+        earlier runs on a kept bed are seen too, hence keys rather than a count."""
+        wait_until(
+            lambda: all(key in self.seen for key in keys),
+            timeout_s=timeout_s,
+            what=f"{len(keys)} Jobs",
+            every_s=0.05,
+        )
+        return max(self.seen[key] for key in keys)
 
     def stop(self) -> None:
         self._stop.set()

@@ -151,7 +151,6 @@ def allowed(objects: list[dict[str, Any]], user_ns: str, user: str, access: Acce
 OPERATOR_NEEDS = [
     Access(verb="list", group="cpn.io", resource="aijobs"),
     Access(verb="watch", group="cpn.io", resource="aijobs"),
-    Access(verb="patch", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="patch", group="cpn.io", resource="aijobs/status", namespace="team-a"),
     Access(verb="list", group="cpn.io", resource="memberclusters"),
     Access(verb="watch", group="cpn.io", resource="memberclusters"),
@@ -174,6 +173,8 @@ OPERATOR_MUST_NOT = [
     Access(verb="list", group="", resource="configmaps"),
     Access(verb="get", group="", resource="configmaps", namespace="team-a"),
     Access(verb="delete", group="cpn.io", resource="aijobs", namespace="team-a"),
+    Access(verb="patch", group="cpn.io", resource="aijobs", namespace="team-a"),
+    Access(verb="update", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="create", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="update", group="cpn.io", resource="memberclusters"),
     Access(verb="create", group="", resource="pods", namespace="team-a"),

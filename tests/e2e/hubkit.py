@@ -131,7 +131,7 @@ def new_namespace(hub: Hub, prefix: str, **labels: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        # While the operator runs, so its finalizer lets the AIJobs go.
+        # While the operator runs, so their member Jobs go at once.
         hub.kubectl("delete", "aijobs", "--all", "-n", name, "--timeout=60s", check=False)
         hub.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

@@ -9,8 +9,6 @@ VERSION: Final = "v1alpha1"
 AIJOB_PLURAL: Final = "aijobs"
 MEMBER_PLURAL: Final = "memberclusters"
 
-#: Finalizer that makes deleting an AIJob delete its member Job first.
-FINALIZER: Final = "cpn.io/member-job"
 
 # Labels on member Jobs (owner references cannot cross clusters).
 LABEL_HUB: Final = "cpn.io/hub"

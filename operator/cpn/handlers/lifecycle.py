@@ -27,16 +27,11 @@ async def operator_started(
     settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: Any
 ) -> None:
     config = load_config()
-    # Our finalizer name, so `kubectl get aijob -o yaml` says whose it is.
-    settings.persistence.finalizer = "cpn.io/finalizer"
     # Events are how users learn why their job waits: post them at info level too.
     settings.posting.level = logging.INFO
     # Watches are re-established at least this often (fresh resourceVersions).
     settings.watching.server_timeout = 120
     settings.networking.request_timeout = 60
-    # kopf keeps one task (with the object's last event) per AIJob until it has been idle
-    # this long: with thousands of AIJobs written at once, 5 s (the default) holds them all.
-    settings.queueing.idle_timeout = 1.0
     runtime = Runtime(
         config,
         hub_client(),

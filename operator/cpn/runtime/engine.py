@@ -99,6 +99,7 @@ class Runtime:
         self.policy_loaded = asyncio.Event()
         self._policy_version: str | None = None
         self._policy_informer: Informer | None = None
+        self._hub_informers: list[Informer] = []
         self.cycles = 0
         self.last_plan: CyclePlan | None = None
         self.last_snapshot: Snapshot | None = None
@@ -152,12 +153,15 @@ class Runtime:
                 self.store.upsert(record.body, user=user, group=group)
 
     def aijob_event(self, event: str, body: Mapping[str, Any]) -> None:
-        """A watch event of an AIJob."""
+        """A watch event of an AIJob. A deleted AIJob's member Job is deleted here; one
+        deleted while the operator was away, or while its member was unreachable, is
+        removed by the sweep (no finalizer: cancelling never waits on a member)."""
         meta = body["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         if event == "DELETED":
             record = self.store.records.get(key)
             if record is not None and record.uid == meta.get("uid"):
+                self._delete_member_job(record)
                 self.store.remove(key)
                 self.kick()
             return
@@ -166,16 +170,36 @@ class Runtime:
         before = (old.uid, old.generation, old.deleting) if old is not None else None
         record = self.store.upsert(body, user=user, group=group)
         record.written = _ours(body.get("status") or {}, record.written)
-        if record.job is not None and record.job.suspended and record.active:
+        if record.deleting and (before is None or not before[2]):
+            self._delete_member_job(record)  # held by someone else's finalizer: stop it now
+        elif record.job is not None and record.job.suspended and record.active:
             self._suspend_running(record)
         if before != (record.uid, record.generation, record.deleting):
-            self.kick()  # not for our own status writes and finalizer patches
+            self.kick()  # not for our own status writes
+
+    def _aijobs_listed(self, items: list[Mapping[str, Any]]) -> None:
+        """A (re-)list of every AIJob: those missing from it were deleted meanwhile."""
+        listed = {f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items}
+        for key, record in list(self.store.records.items()):
+            if key not in listed:
+                meta = {"namespace": record.namespace, "name": record.name, "uid": record.uid}
+                self.aijob_event("DELETED", {"metadata": meta})
+        for item in items:
+            self.aijob_event("ADDED", item)
+
+    def _namespaces_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self.namespaces = {}
+        for item in items:
+            self.namespace_event("ADDED", item)
+
+    def _delete_member_job(self, record: Record) -> None:
+        member = self.members.get(record.cluster)
+        if member is not None and record.member_job and record.active:
+            self.pool.submit(_quiet, member.delete_job, record.member_job)
 
     def _suspend_running(self, record: Record) -> None:
         """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
-        member = self.members.get(record.cluster)
-        if member is not None and record.member_job:
-            self.pool.submit(_quiet, member.delete_job, record.member_job)
+        self._delete_member_job(record)
         record.phase = k.PHASE_SUSPENDED
         record.reason = "Suspended"
         record.message = "suspended by its owner (spec.suspend); its member Job was stopped"
@@ -183,25 +207,42 @@ class Runtime:
         self._clear_placement(record)
         self._write_soon(record)
 
-    async def aijob_deleting(self, body: Mapping[str, Any]) -> None:
-        """Finalizer: delete the member Job before the AIJob goes."""
-        meta = body["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        record = self.store.records.get(key)
-        status = body.get("status") or {}
-        cluster = (record.cluster if record else "") or status.get("cluster", "")
-        job_name = (record.member_job if record else "") or (status.get("memberJob") or {}).get(
-            "name", ""
+    async def watch_hub(self) -> None:
+        """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""
+        await self._watch_hub(
+            "namespaces", self.core.list_namespace, self.namespace_event, self._namespaces_listed
         )
-        member = self.members.get(cluster)
-        if member is not None and job_name:
-            await self.call(member.delete_job, job_name)
-        elif job_name and cluster:
-            raise RuntimeError(f"member {cluster} unknown: cannot delete Job {job_name} yet")
-        if record is not None:
-            record.deleting = True
-            self.store.remove(key)
-        self.kick()
+        await self._watch_hub(
+            "aijobs",
+            self.custom.list_cluster_custom_object,
+            self.aijob_event,
+            self._aijobs_listed,
+            group=k.GROUP,
+            version=k.VERSION,
+            plural=k.AIJOB_PLURAL,
+        )
+
+    async def _watch_hub(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        on_change: Callable[[str, Mapping[str, Any]], None],
+        on_list: Callable[[list[Mapping[str, Any]]], None],
+        **kwargs: Any,
+    ) -> None:
+        listed = asyncio.Event()
+
+        def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
+            if event == "LIST" and obj is not None:
+                self._threadsafe(on_list, list(obj.get("items") or []))
+            elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
+                self._threadsafe(on_change, event, obj)
+            elif event == "SYNCED":  # after the LIST, in order, on the loop
+                self._threadsafe(listed.set)
+
+        informer = Informer(f"hub/{name}", self.hub, list_fn, on_event, **kwargs)
+        self._hub_informers.append(informer.start())
+        await listed.wait()
 
     def watch_policy(self) -> Informer:
         """Watch the one policy ConfigMap (namespaced, by name: least privilege)."""
@@ -486,7 +527,7 @@ class Runtime:
                 self.config.namespace,
                 self.config.policy_configmap,
             )
-        await self.list_aijobs()
+        await self.watch_hub()
         await self.connect_members()
         await self.wait_synced()
         self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
@@ -534,14 +575,6 @@ class Runtime:
         for member in list(self.members.values()):
             for job in list(member.jobs.values()):
                 self._follow(member, "ADDED", job)
-
-    async def list_aijobs(self) -> None:
-        """Seed the store with every AIJob before the first cycle (restart safety)."""
-        result = await self.call(
-            self.custom.list_cluster_custom_object, k.GROUP, k.VERSION, k.AIJOB_PLURAL
-        )
-        for body in result.get("items") or []:
-            self.aijob_event("ADDED", body)
 
     def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
         """Core clusters from the members, and the bandwidth table."""
@@ -1065,8 +1098,9 @@ class Runtime:
         self.observer.stop()
         for member in self.members.values():
             member.stop()
-        if self._policy_informer is not None:
-            self._policy_informer.stop()
+        for informer in [self._policy_informer, *self._hub_informers]:
+            if informer is not None:
+                informer.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.write_pool.shutdown(wait=False, cancel_futures=True)
 
