@@ -76,6 +76,7 @@ class Recording:
         self.at_start: dict[str, tuple[str, float, float]] = {}  # key -> (GPU, estimate, truth)
         self.last_unseen: dict[str, bool] = {}  # key -> its latest estimate was flagged unseen
         self.reestimates = 0
+        self.reestimate_wall_s = 0.0
 
     @property
     def retrains(self) -> int:
@@ -155,6 +156,7 @@ def run_holdout(
     )
     result = world.run()
     estimator.reestimates = world.reestimates
+    estimator.reestimate_wall_s = world.reestimate_wall_s
     for record in result.records:
         if record.job_id in estimator.first and record.estimate_s is not None:
             estimator.at_start[record.job_id] = (
@@ -215,6 +217,7 @@ def estimate_errors(
             1 for k in rec.order if k in rec.at_start and rec.last_unseen.get(k, False)
         ),
         "reestimates": rec.reestimates,
+        "reestimate_wall_s": round(rec.reestimate_wall_s, 2),
     }
 
 

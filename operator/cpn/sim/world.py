@@ -305,6 +305,7 @@ class World:
         # observations; each job remembers the count its estimate was made at.
         self.reestimate = reestimate and bool(getattr(estimator, "learns", True))
         self.reestimates = 0  # estimate() calls made for jobs already estimated
+        self.reestimate_wall_s = 0.0  # time spent making them
         self._learned = 0  # observations so far
         self._learned_by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
         self._learned_all = 0  # count when the estimator's knowledge version last changed
@@ -490,7 +491,9 @@ class World:
         stale += [r.job for r in self._running.values() if is_stale(r.job)]
         if not stale:
             return 0
+        started = time.perf_counter()
         estimates = estimate_many(self.estimator, stale, self.gpu_types)
+        self.reestimate_wall_s += time.perf_counter() - started
         self.reestimates += len(stale)
         for job, estimate in zip(stale, estimates, strict=True):
             stamps[job.key] = self._learned
