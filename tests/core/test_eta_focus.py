@@ -172,3 +172,38 @@ def test_a_custom_planner_replays_without_focus():
     out = project(snap, plan=planner, max_cycles=50)
     first = len([j for j in snap.pending if not j.suspended])
     assert seen[0] == first and out == project(replace(snap), focus=False, max_cycles=50)
+
+
+def test_expected_arrivals_join_at_their_instant_and_may_overtake():
+    """A short job expected later starts before a long one waiting now, so the long one's ETA
+    moves back; the projection stops once the snapshot's pending jobs are placed."""
+    from tests.builders import cluster, nodes, running
+
+    c = cluster("m", nodes("m", 1, gpus=8, gpu_type="V100-16GB", free=[0]))
+    r = running(job("r", gpus=8), "m", "V100-16GB", ("m-0",), start_s=0, end_s=1000)
+    waiting = job("long", gpus=8, runtime_s=50_000.0, submitted_s=0)
+    snap = Snapshot(
+        now_s=10.0, policy=QueuePolicy(), pending=(waiting,), running=(r,), clusters=(c,)
+    )
+    soon = job("short", gpus=8, runtime_s=100.0, submitted_s=500.0)
+    late = job("later", gpus=8, runtime_s=100.0, submitted_s=10**7)
+    alone = project(snap)
+    expected = project(snap, arrivals=[soon, late])
+    assert alone["long"].start_s == 1000
+    assert expected["short"].start_s == 1000 and expected["long"].start_s == 1100
+    assert "later" not in expected
+    assert project(snap, arrivals=[soon, late], focus=False) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_focus_with_arrivals_equals_the_plain_replay(seed, monkeypatch):
+    """Random snapshots and random expected arrivals: focused and plain projections agree."""
+    monkeypatch.setattr(eta, "_HEAD", 3)
+    snap = random_snapshot(100 + seed, POLICIES[sorted(POLICIES)[seed]], pending=30)
+    more = random_snapshot(200 + seed, snap.policy, pending=20).pending
+    arrivals = [
+        replace(j, key=f"new-{j.key}", submit_s=snap.now_s + 3000.0 * i) for i, j in enumerate(more)
+    ]
+    plain = project(snap, arrivals=arrivals, focus=False, max_cycles=300)
+    assert any(k.startswith("new-") for k in plain)
+    assert project(snap, arrivals=arrivals, max_cycles=300) == plain

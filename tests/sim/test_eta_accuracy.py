@@ -212,3 +212,31 @@ def test_philly_comparison_writes_a_report_per_trace(tmp_path, monkeypatch, caps
     assert "cpn simulate philly --vcs tiny" in text
     for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
         assert (out / "tiny" / image).is_file()
+
+
+def test_expected_arrivals_are_the_last_window_of_submissions_recurring():
+    """With eta_arrivals_s the projection is given the jobs submitted in the last window,
+    shifted by one to ten windows, with their estimates; some jobs then expect to be overtaken."""
+    seen: list[tuple[float, list]] = []
+
+    def spy(snapshot, max_cycles, plan, until, arrivals=()):
+        seen.append((snapshot.now_s, list(arrivals)))
+        return project(snapshot, max_cycles=max_cycles, plan=plan, until=until, arrivals=arrivals)
+
+    window = 3000.0
+    result = run("default", project=spy, eta_arrivals_s=window)
+    assert seen and result.eta_calls == len(seen)
+    submits = {t.job_id: t.submit_s for t in TRACE}
+    for now, arrivals in seen:
+        recent = sorted(k for k, s in submits.items() if now - window < s <= now)
+        assert len(arrivals) == 10 * len(recent)
+        for item in arrivals:
+            key, shift = item.key.rsplit("+", 1)
+            assert key in recent and 1 <= int(shift) <= 10
+            assert item.submit_s == submits[key] + int(shift) * window > now
+            assert item.estimate.runtime_s
+    plain = run("default")
+    later = {r.job_id: r.eta_start_s for r in result.records if r.eta_start_s is not None}
+    before = {r.job_id: r.eta_start_s for r in plain.records if r.eta_start_s is not None}
+    assert later.keys() == before.keys()
+    assert any(later[k] > before[k] for k in later)

@@ -200,6 +200,10 @@ class _Focus:
         """``key`` left the queue."""
         self.alive[self.index[key]] = False
 
+    def arrived(self, key: str) -> None:
+        """``key`` joined the queue."""
+        self.alive[self.index[key]] = True
+
     def _scores(self, base: Snapshot) -> _Vector:
         from cpn.core.queue import ORDERINGS, group_usage
 
@@ -406,6 +410,7 @@ def project(
     plan: Callable[[Snapshot], CyclePlan] | None = None,
     until: Collection[str] | None = None,
     focus: bool = True,
+    arrivals: Sequence[Job] = (),
 ) -> dict[str, Projection]:
     """Start and end of each pending job if predictions hold; jobs not reached are absent.
 
@@ -415,6 +420,10 @@ def project(
     ``focus`` (with :func:`plan_cycle` as the planner) gives each projected cycle
     only the jobs that can act in it (see :class:`_Focus`); ``focus=False`` is the
     plain replay over the whole queue, with the same result.
+    ``arrivals`` are jobs expected to be submitted later: each joins the queue at
+    its ``submit_s`` (they may overtake the pending jobs, and get projections too);
+    with arrivals the projection stops once the snapshot's pending jobs (or the
+    ``until`` ones) have their starts.
     """
     from cpn.core.cycle import STRICT_ORDERINGS, plan_cycle
 
@@ -432,14 +441,26 @@ def project(
     running = [replace(r, predicted_end_s=expected_end_s(r, now)) for r in snapshot.running]
     delta: Delta = {}
     state = replace(snapshot, policy=policy, pending=tuple(pending.values()))
-    focused = (
-        _Focus(state, state.pending)
-        if focus and run is plan_cycle and policy.ordering not in STRICT_ORDERINGS and pending
-        else None
+    future = sorted(
+        (j for j in arrivals if not j.suspended and j.key not in pending),
+        key=lambda j: (j.submit_s, j.key),
     )
+    focused = None
+    if focus and run is plan_cycle and policy.ordering not in STRICT_ORDERINGS and pending:
+        focused = _Focus(state, (*state.pending, *future))
+        for j in future:
+            focused.started(j.key)  # not in the queue until it arrives
     out: dict[str, Projection] = {}
     wanted = None if until is None else {k for k in until if k in pending}
+    if wanted is None and future:
+        wanted = set(pending)
+    arrived = 0
     for _ in range(max_cycles):
+        while arrived < len(future) and future[arrived].submit_s <= now:
+            pending[future[arrived].key] = future[arrived]
+            if focused is not None:
+                focused.arrived(future[arrived].key)
+            arrived += 1
         if not pending or (wanted is not None and wanted.issubset(out)):
             break
         if focused is None:
@@ -469,6 +490,8 @@ def project(
             _shift(delta, start.cluster, start.nodes, job, -1.0)
         upcoming = [r.predicted_end_s for r in running if r.predicted_end_s > now]
         upcoming += [j.not_before_s for j in pending.values() if j.not_before_s > now]
+        if arrived < len(future):
+            upcoming.append(future[arrived].submit_s)
         if not upcoming:
             break
         now = min(upcoming)

@@ -79,6 +79,12 @@ def _main_parser() -> argparse.ArgumentParser:
         default=1,
         help="project only every N-th job (a sample; N times cheaper on long queues)",
     )
+    p.add_argument(
+        "--eta-arrivals-h",
+        type=float,
+        default=None,
+        help="projections expect the last H hours of submissions to recur (ten times over)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -133,6 +139,7 @@ def _simulate(argv: Sequence[str]) -> int:
                 eta=args.eta,
                 eta_max_cycles=max_cycles,
                 eta_every=args.eta_every,
+                eta_arrivals_s=args.eta_arrivals_h * 3600.0 if args.eta_arrivals_h else None,
             )
         except CpnError as exc:
             print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)

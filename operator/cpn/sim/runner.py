@@ -52,6 +52,7 @@ def simulate(
     eta: bool = False,
     eta_max_cycles: int = DEFAULT_ETA_MAX_CYCLES,
     eta_every: int = 1,
+    eta_arrivals_s: float | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``clusters`` under ``policy`` with the named estimator.
 
@@ -59,7 +60,8 @@ def simulate(
     get a cycle every ``tick_s`` (default :data:`DEFAULT_TICK_S`). With ``eta``
     each job's first ETA is recorded (see :class:`~cpn.sim.world.World`; costly:
     one projection of up to ``eta_max_cycles`` cycles per arrival instant; with
-    ``eta_every`` = k only every k-th admitted job is projected).
+    ``eta_every`` = k only every k-th admitted job is projected; with ``eta_arrivals_s``
+    projections expect that window's submissions to recur).
     """
     name = name or policy.name
     truth = truth_for(trace, clusters.reference_gpu)
@@ -85,5 +87,6 @@ def simulate(
         eta=eta,
         eta_max_cycles=eta_max_cycles,
         eta_every=eta_every,
+        eta_arrivals_s=eta_arrivals_s,
     )
     return world.run()

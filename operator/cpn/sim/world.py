@@ -32,7 +32,11 @@ from cpn.sim.speed import TrueRuntime
 from cpn.sim.trace import TraceJob
 
 PlanFn = Callable[[Snapshot], CyclePlan]
-ProjectFn = Callable[[Snapshot, int, PlanFn, Collection[str]], Mapping[str, Projection]]
+#: (snapshot, max_cycles, plan, until[, arrivals]) -> projections (:func:`cpn.core.eta.project`).
+ProjectFn = Callable[..., Mapping[str, Projection]]
+
+#: Windows of past submissions a projection expects again (``eta_arrivals_s``).
+ETA_ARRIVAL_REPEATS = 10
 TransferFn = Callable[[Job, str, Snapshot], float | None]
 
 _EPS = 1e-9
@@ -174,11 +178,15 @@ def _default_plan() -> PlanFn:
 
 
 def _default_project(
-    snapshot: Snapshot, max_cycles: int, plan: PlanFn, until: Collection[str]
+    snapshot: Snapshot,
+    max_cycles: int,
+    plan: PlanFn,
+    until: Collection[str],
+    arrivals: Sequence[Job] = (),
 ) -> dict[str, Projection]:
     from cpn.core.eta import project
 
-    return project(snapshot, max_cycles=max_cycles, plan=plan, until=until)
+    return project(snapshot, max_cycles=max_cycles, plan=plan, until=until, arrivals=arrivals)
 
 
 def _default_transfer() -> TransferFn:
@@ -240,6 +248,7 @@ class World:
         eta: bool = False,
         eta_max_cycles: int = 400,
         eta_every: int = 1,
+        eta_arrivals_s: float | None = None,
         project: ProjectFn | None = None,
         reestimate: bool = True,
     ) -> None:
@@ -296,6 +305,9 @@ class World:
         self.eta = eta
         self.eta_max_cycles = eta_max_cycles
         self.eta_every = eta_every
+        # Expected arrivals in projections: the last eta_arrivals_s of submissions, repeated.
+        self.eta_arrivals_s = eta_arrivals_s
+        self._submitted: list[Job] = []
         self._admitted = 0
         self.project = project or _default_project
         self._unprojected: list[str] = []  # arrived jobs awaiting their first ETA
@@ -454,6 +466,8 @@ class World:
             self._admitted += 1
             if (self._admitted - 1) % self.eta_every == 0:
                 self._unprojected.append(job.key)
+            if self.eta_arrivals_s:
+                self._submitted.append(job)
 
     def refresh_estimates(self) -> int:
         """Re-estimate the jobs whose estimate may be out of date; returns how many.
@@ -574,7 +588,12 @@ class World:
             return  # every new job started in its arrival cycle: nothing to tell anyone
         snapshot = self.snapshot()
         started = time.perf_counter()
-        projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
+        if self.eta_arrivals_s:
+            projection = self.project(
+                snapshot, self.eta_max_cycles, self.plan, waiting, self._expected_arrivals()
+            )
+        else:
+            projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
         self._eta_wall_s += time.perf_counter() - started
         self._eta_calls += 1
         for key in waiting:
@@ -584,6 +603,21 @@ class World:
             if found is not None:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
+
+    def _expected_arrivals(self) -> list[Job]:
+        """The jobs submitted in the last ``eta_arrivals_s``, as if submitted again one, two, ...
+        windows later (ETA_ARRIVAL_REPEATS windows): what the projection expects to arrive."""
+        window = self.eta_arrivals_s or 0.0
+        recent = []
+        for job in reversed(self._submitted):
+            if job.submit_s <= self.now_s - window:
+                break
+            recent.append(job)
+        return [
+            replace(job, key=f"{job.key}+{k}", submit_s=job.submit_s + k * window)
+            for k in range(1, ETA_ARRIVAL_REPEATS + 1)
+            for job in reversed(recent)
+        ]
 
     def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
         """Carry out ``plan`` (made from ``snapshot``) strictly; InvalidPlan on any violation."""
