@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from cpn.core.capacity import Capacity, worker_gpus
 from cpn.core.cycle import _candidates, plan_cycle
-from cpn.core.model import Cluster, Job, Node, Running, Snapshot
+from cpn.core.model import Cluster, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
 from cpn.core.presets import PRESETS
 from tests.builders import job
@@ -185,6 +186,51 @@ def _as_running(snap: Snapshot, plan_starts, jobs: dict[str, Job]) -> Snapshot:
     return replace(snap, running=snap.running + tuple(extra), clusters=clusters)
 
 
+def _earliest_start(snap: Snapshot, after: Capacity, j: Job) -> float:
+    """When ``j`` could start at the earliest in ``after`` (any allowed cluster and type)."""
+    times = [
+        found[0]
+        for key in after.groups
+        if j.allows(key[1])
+        and j.estimate.on(key[1]) is not None
+        and (found := after.earliest_fit(j, key, snap.now_s)) is not None
+    ]
+    return min(times, default=math.inf)
+
+
+def _fits_now(snap: Snapshot, after: Capacity, j: Job) -> bool:
+    """True if ``j`` fits in room free now (not room of a job past its predicted end)."""
+    return any(after.fit(j, c.key) is not None for c in _candidates(j, after, snap))
+
+
+def _all_keep_their_start(
+    snap: Snapshot,
+    before: Capacity,
+    after: Capacity,
+    reserved: dict[str, float],
+    jobs: dict[str, Job],
+) -> bool:
+    """True if the reserved jobs, placed one after the other (earliest reserved start
+    first) where they fit soonest in ``after``, all start by their reserved starts, and
+    those that fit now in ``before`` still fit now."""
+    for key, at in sorted(reserved.items(), key=lambda kv: (kv[1], kv[0])):
+        j = jobs[key]
+        must_now = at <= snap.now_s and _fits_now(snap, before, j)
+        best: tuple[float, tuple[str, str], tuple[str, ...]] | None = None
+        for cand in _candidates(j, after, snap):
+            if must_now:
+                nodes = after.fit(j, cand.key)
+                found = None if nodes is None else (snap.now_s, nodes)
+            else:
+                found = after.earliest_fit(j, cand.key, snap.now_s)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], cand.key, found[1])
+        if best is None or best[0] > at + 1e-6:
+            return False
+        after.take(j, best[1], best[2])
+    return True
+
+
 @PROPERTY
 @given(snapshots())
 def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
@@ -195,37 +241,40 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
     jobs = {j.key: j for j in snap.pending}
     after = Capacity.from_snapshot(_as_running(snap, plan.starts, jobs))
     for hold in plan.holds:
-        if hold.reserved_start_s is None:
-            continue
-        j = jobs[hold.job_key]
-        times = [
-            found[0]
-            for key in after.groups
-            if j.allows(key[1])
-            and j.estimate.on(key[1]) is not None
-            and (found := after.earliest_fit(j, key, snap.now_s)) is not None
-        ]
-        assert times and min(times) <= hold.reserved_start_s + 1e-6
+        if hold.reserved_start_s is not None:
+            j = jobs[hold.job_key]
+            assert _earliest_start(snap, after, j) <= hold.reserved_start_s + 1e-6
 
 
 @PROPERTY
 @given(snapshots())
 def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
-    """A job holding a reservation does not wait while room it could start on is free.
+    """A job holding a reservation does not wait while room it fits is free, unless starting
+    there would delay another reservation (or take room free now from one due now).
 
-    Not when a running job has overrun its predicted end: reservations then count its
-    nodes as free from now while it still holds them, and two reserved jobs can each wait
-    for the other's room (a known limit, found by this test; see the #2 notes)."""
+    Also when running jobs are past their predicted ends: their room counts as freeing
+    now, but it is not free, and two reserved jobs must not each wait for the other's."""
     if snap.policy.preemption.enabled:
-        return
-    if any(r.predicted_end_s <= snap.now_s for r in snap.running):
         return
     plan = plan_cycle(snap)
     jobs = {j.key: j for j in snap.pending}
-    after = Capacity.from_snapshot(_as_running(snap, plan.starts, jobs))
-    for hold in plan.holds:
-        if hold.reserved_start_s is None:
-            continue
-        j = jobs[hold.job_key]
+    after_snap = _as_running(snap, plan.starts, jobs)
+    after = Capacity.from_snapshot(after_snap)
+    reserved = {h.job_key: h.reserved_start_s for h in plan.holds if h.reserved_start_s is not None}
+    for key in reserved:
+        j = jobs[key]
         for cand in _candidates(j, after, snap):
-            assert after.fit(j, cand.key) is None, (hold, cand.key)
+            nodes = after.fit(j, cand.key)
+            if nodes is None:
+                continue
+            start = Start(
+                job_key=key,
+                cluster=cand.key[0],
+                gpu_type=cand.key[1],
+                nodes=nodes,
+                predicted_runtime_s=cand.runtime_s,
+                transfer_s=cand.transfer_s,
+            )
+            with_j = Capacity.from_snapshot(_as_running(after_snap, (start,), jobs))
+            others = {k: at for k, at in reserved.items() if k != key}
+            assert not _all_keep_their_start(snap, after, with_j, others, jobs), (key, cand.key)

@@ -12,8 +12,13 @@ One cycle, in order:
 3. Walk the ranking. Each job is checked against its group's and user's quota,
    then placed where it completes soonest (transfer + predicted runtime), on
    nodes not held by a reservation unless it ends before the reservation starts
-   (backfill). A big or long-waiting job that does not fit gets a reservation
-   at the earliest instant and place it will fit as running jobs end; a big one
+   (backfill), or on what a reservation's nodes have to spare when the
+   reservation keeps its start there or on other room (backfill by resource;
+   one that could start now on free room keeps free room). A job over its
+   quota holds no reservation. A big or long-waiting job that does not fit
+   gets a reservation at the earliest instant and place it will fit as running
+   jobs end (room free now first: a job past its predicted end frees its room
+   "now" only on paper); a big one
    (``claim_big``) or one that has waited ``drain_after_s`` (draining: these go
    first, oldest first) keeps the room even when it is free now, so jobs ranked
    above it cannot take it the moment it frees.
@@ -32,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from cpn.core.capacity import Capacity, GroupKey, worker_gpus
+from cpn.core.capacity import Capacity, GroupKey, Shape, shape, worker_gpus
 from cpn.core.model import (
     CyclePlan,
     Hold,
@@ -60,10 +65,14 @@ DEFER_MARGIN = 0.1
 class Reserved:
     """Room held for a blocked job from ``start_s`` on ``nodes`` of ``key``."""
 
-    job_key: str
+    job: Job
     key: GroupKey
     nodes: frozenset[str]
     start_s: float
+
+    @property
+    def job_key(self) -> str:
+        return self.job.key
 
 
 def _runtime(job: Job, gpu_type: str) -> float | None:
@@ -138,6 +147,10 @@ class _Cycle:
         self.reserved: list[Reserved] = []
         self.stats = SolveStats()
         self.milp_held: set[str] = set()
+        self.position: dict[str, int] = {}
+        self.cands: dict[str, list[Candidate]] = {}
+        self.walked: set[str] = set()  # jobs whose hold is written
+        self.beside_failed: set[tuple[Shape, GroupKey, frozenset[str]]] = set()
 
     # -- 1. eligibility ---------------------------------------------------------------
     def _eligible(self) -> list[Job]:
@@ -170,6 +183,7 @@ class _Cycle:
         position: int = 0,
         reserved_start_s: float | None = None,
     ) -> None:
+        self.walked.add(job.key)
         self.holds.append(
             Hold(
                 job_key=job.key,
@@ -183,16 +197,110 @@ class _Cycle:
         )
 
     # -- 3. the greedy walk -------------------------------------------------------------
+    def _in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
+        """Reservations of ``cand``'s group that a start of ``job`` there could delay.
+
+        Under a strict order a reservation does not hold room against jobs ranked
+        above its holder: they block it anyway, so holding it would only idle it.
+        """
+        end = self.now + cand.transfer_s + cand.runtime_s
+        strict = self.policy.ordering in STRICT_ORDERINGS
+        mine = self.position.get(job.key, 0)
+        return [
+            res
+            for res in self.reserved
+            if res.key == cand.key
+            and res.job_key != job.key
+            and (end > res.start_s or not self.policy.reservation.backfill)
+            and not (strict and mine < self.position.get(res.job_key, 0))
+        ]
+
     def _excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
         """Nodes of ``cand`` this job may not use because a reservation holds them."""
-        end = self.now + cand.transfer_s + cand.runtime_s
-        held: set[str] = set()
-        for res in self.reserved:
-            if res.key != cand.key or res.job_key == job.key:
+        return frozenset().union(*(res.nodes for res in self._in_the_way(job, cand)))
+
+    def _moved(
+        self, res: Reserved, others: Sequence[Reserved], *, free_now: bool = False
+    ) -> Reserved | None:
+        """Room for ``res``'s job by its reserved start: ``res`` itself while its nodes
+        still do, else other room no reservation in ``others`` holds; None if there is none.
+
+        With ``free_now`` only room free now counts.
+        """
+        job = res.job
+        own = frozenset(s.name for s in self.capacity.groups[res.key]) - res.nodes
+        options = [(res.key, own)]
+        for cand in self._cands_of(job):
+            if not self.quota.exceeds(job, cand.key[1]):
+                taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
+                options.append((cand.key, taken))
+        for index, (key, exclude) in enumerate(options):
+            if free_now:
+                nodes = self.capacity.fit(job, key, exclude)
+                found = None if nodes is None else (self.now, nodes)
+            else:
+                found = self.capacity.earliest_fit(job, key, self.now, exclude=exclude)
+            if found is not None and found[0] <= res.start_s + 1e-9:
+                if index == 0:
+                    return res
+                return Reserved(job=job, key=key, nodes=frozenset(found[1]), start_s=found[0])
+        return None
+
+    def _fit_beside(self, job: Job, cand: Candidate) -> tuple[str, ...] | None:
+        """Room on reserved nodes that their reservations can do without (backfill by resource).
+
+        A reservation holds whole nodes against :meth:`_excluded`; here ``job`` may
+        still start there if every reservation it touches keeps its start, on its
+        nodes or moved to other room (a reservation that could start now on room free
+        now must still find room free now: room of a job past its predicted end
+        frees "now" only on paper). Tried on one reserved node at a time, then on all.
+        """
+        in_way = self._in_the_way(job, cand)
+        if not in_way or not self.policy.reservation.backfill:
+            return None
+        memo = (shape(job), cand.key, frozenset(r.job_key for r in in_way))
+        if memo in self.beside_failed:
+            return None
+        held = frozenset().union(*(r.nodes for r in in_way))
+        tried: set[tuple[str, ...]] = set()
+        for allowed in [*sorted(held), ""]:
+            nodes = self.capacity.fit(job, cand.key, held - {allowed} if allowed else frozenset())
+            if nodes is None or nodes in tried:
                 continue
-            if end > res.start_s or not self.policy.reservation.backfill:
-                held |= res.nodes
-        return frozenset(held)
+            tried.add(nodes)
+            kept = self._kept_beside(job, cand, nodes, in_way)
+            if kept is not None:
+                self.reserved = kept
+                return nodes
+        self.beside_failed.add(memo)
+        return None
+
+    def _kept_beside(
+        self, job: Job, cand: Candidate, nodes: tuple[str, ...], in_way: list[Reserved]
+    ) -> list[Reserved] | None:
+        """The reservations once ``job`` starts on ``nodes``, the ones it touches kept or
+        moved; None if one of them would have to start later."""
+        touched = [r for r in in_way if r.nodes.intersection(nodes)]
+        free_now = {
+            r.job_key
+            for r in touched
+            if r.start_s <= self.now and self.capacity.fit(r.job, r.key, self._all_but(r))
+        }
+        self.capacity.take(job, cand.key, nodes)
+        # This job's own reservation goes once it starts: its room may take another's.
+        current: list[Reserved] | None = [r for r in self.reserved if r.job_key != job.key]
+        for res in touched:
+            assert current is not None
+            others = [r for r in current if r.job_key != res.job_key]
+            new = self._moved(res, others, free_now=res.job_key in free_now)
+            current = None if new is None else [new if r is res else r for r in current]
+            if current is None:
+                break
+        self.capacity.release(cand.key[0], nodes, job)
+        return current
+
+    def _all_but(self, res: Reserved) -> frozenset[str]:
+        return frozenset(s.name for s in self.capacity.groups[res.key]) - res.nodes
 
     def _try_start(
         self, item: Ranked, cands: list[Candidate], *, borrowing: bool = False
@@ -202,6 +310,8 @@ class _Cycle:
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
             nodes = self.capacity.fit(job, cand.key, self._excluded(job, cand))
+            if nodes is None:
+                nodes = self._fit_beside(job, cand)
             if nodes is not None:
                 return self._start(item, cand, nodes)
         return None
@@ -210,7 +320,23 @@ class _Cycle:
         until = self.now + cand.transfer_s + cand.runtime_s
         self.capacity.take(item.job, cand.key, nodes, until_s=until)
         self.quota.take(item.job, cand.key[1])
+        self.beside_failed.clear()
         self.reserved = [r for r in self.reserved if r.job_key != item.job.key]
+        for res in list(self.reserved):
+            if res.job_key not in self.walked and self.quota.exceeds(res.job, res.key[1]):
+                # Over its quota now, the holder cannot start in this cycle: its room is
+                # free for others (it reserves again once its quota allows).
+                self.reserved.remove(res)
+            elif res.key == cand.key and res.nodes.intersection(nodes):
+                # A job ranked above the holder under a strict order may take its room.
+                others = [r for r in self.reserved if r is not res]
+                moved = self._moved(res, others)
+                if moved is not res:
+                    self.reserved.remove(res)
+                    if moved is not None:
+                        self.reserved.append(moved)
+                    else:
+                        self._reserve(res.job, self._cands_of(res.job))
         start = Start(
             job_key=item.job.key,
             cluster=cand.key[0],
@@ -244,9 +370,14 @@ class _Cycle:
         wait_done, cand = min(later, key=lambda t: (t[0], t[1].key))
         return cand if wait_done < now_best * (1 - DEFER_MARGIN) else None
 
-    def _reserve(self, item: Ranked, cands: list[Candidate]) -> Reserved | None:
+    def _cands_of(self, job: Job) -> list[Candidate]:
+        found = self.cands.get(job.key)
+        if found is None:
+            found = self.cands[job.key] = _candidates(job, self.capacity, self.snapshot)
+        return found
+
+    def _reserve(self, job: Job, cands: list[Candidate]) -> Reserved | None:
         res_policy = self.policy.reservation
-        job = item.job
         if not res_policy.enabled or len(self.reserved) >= res_policy.max_reservations:
             return None
         waited = self.now - job.submit_s
@@ -257,7 +388,7 @@ class _Cycle:
             and not self._draining(job)
         ):
             return None
-        best: tuple[float, bool, str, str, Reserved] | None = None
+        best: tuple[bool, float, str, str, Reserved] | None = None
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.reserved if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -266,16 +397,17 @@ class _Cycle:
             when, nodes = found
             done = when + cand.transfer_s + cand.runtime_s
             res = Reserved(
-                job_key=job.key,
+                job=job,
                 key=cand.key,
                 nodes=frozenset(nodes),
                 start_s=when,
             )
-            # At equal completion, room that is free now beats room predicted to free now
-            # (jobs past their predicted end still hold it).
-            waits = self.capacity.fit(job, cand.key) is None
-            if best is None or (done, waits, *cand.key) < best[:4]:
-                best = (done, waits, cand.key[0], cand.key[1], res)
+            # Room free now beats room predicted to free later or now (a job past its
+            # predicted end still holds it): a job that can start now reserves where it
+            # can, so no later holder reserves that room away from it.
+            waits = self.capacity.fit(job, cand.key, taken) is None
+            if best is None or (waits, done, *cand.key) < best[:4]:
+                best = (waits, done, cand.key[0], cand.key[1], res)
         if best is None:
             return None
         self.reserved.append(best[4])
@@ -285,7 +417,8 @@ class _Cycle:
         eligible = self._eligible()
         ranked = order_jobs(eligible, self.snapshot, self.capacity.gpu_types())
         window = self.policy.placement.window
-        cands = {
+        self.position = {item.job.key: i for i, item in enumerate(ranked)}
+        self.cands = cands = {
             item.job.key: _candidates(item.job, self.capacity, self.snapshot)
             for item in ranked[:window]
         }
@@ -337,13 +470,23 @@ class _Cycle:
                     position,
                 )
         preemptions = self._preempt(ranked) if self.policy.preemption.enabled else ()
-        holds = tuple(sorted(self.holds, key=lambda h: (h.position or 1 << 30, h.job_key)))
+        holds = tuple(
+            sorted(map(self._final, self.holds), key=lambda h: (h.position or 1 << 30, h.job_key))
+        )
         return CyclePlan(
             starts=tuple(sorted(self.starts, key=lambda s: s.job_key)),
             preemptions=preemptions,
             holds=holds,
             stats=self.stats,
         )
+
+    def _final(self, hold: Hold) -> Hold:
+        """``hold`` with its reservation as it stands at the end of the cycle (a later
+        start may have moved it to other room, never to a later start)."""
+        res = self._reservation_of(hold.job_key)
+        if hold.reserved_start_s is None or res is None:
+            return hold
+        return replace(hold, message=_reserved_message(res, self.now), reserved_start_s=res.start_s)
 
     def _reserve_ahead(self, ranked: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
@@ -382,9 +525,7 @@ class _Cycle:
             if len(self.reserved) >= res_policy.max_reservations:
                 return
             job = item.job
-            job_cands = cands.get(job.key)
-            if job_cands is None:
-                job_cands = cands[job.key] = _candidates(job, self.capacity, self.snapshot)
+            job_cands = self._cands_of(job)
             if self.quota.exceeds(job) or not job_cands:
                 continue
             # A job that fits at the start of the cycle may still lose the room to
@@ -394,7 +535,7 @@ class _Cycle:
             )
             if not claims and any(self.capacity.fit(job, c.key) is not None for c in job_cands):
                 continue
-            self._reserve(item, job_cands)
+            self._reserve(job, job_cands)
 
     def _draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
