@@ -133,6 +133,7 @@ def test_focused_projection_equals_the_plain_replay(name, head, monkeypatch):
     """On random snapshots, every projected start and end is the same with and without focus,
     and some projected cycles did run over a part of the queue only."""
     monkeypatch.setattr(eta, "_HEAD", head)
+    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
     made: list[eta._Focus] = []
 
     class Recording(eta._Focus):
@@ -199,6 +200,7 @@ def test_expected_arrivals_join_at_their_instant_and_may_overtake():
 def test_focus_with_arrivals_equals_the_plain_replay(seed, monkeypatch):
     """Random snapshots and random expected arrivals: focused and plain projections agree."""
     monkeypatch.setattr(eta, "_HEAD", 3)
+    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
     snap = random_snapshot(100 + seed, POLICIES[sorted(POLICIES)[seed]], pending=30)
     more = random_snapshot(200 + seed, snap.policy, pending=20).pending
     arrivals = [

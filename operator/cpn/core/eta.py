@@ -113,6 +113,9 @@ def expected_end_s(item: Running, now_s: float) -> float:
 #: Jobs at the head of the queue a focused cycle starts from (x4 each time that is not enough).
 _HEAD = 16
 
+#: Queues shorter than this run whole (the focus costs more than it saves on them).
+_MIN_FOCUS = 256
+
 #: Hold reasons meaning the job found no room (not its quota, not a choice to wait).
 _NO_ROOM = frozenset(
     {WaitReason.Capacity, WaitReason.Reservation, WaitReason.NodeLoad, WaitReason.Priority}
@@ -237,7 +240,7 @@ class _Focus:
         waited = now - self.submit
         eligible = self.alive & (self.not_before <= now)
         order = np.flatnonzero(eligible)
-        if len(order) <= _HEAD:
+        if len(order) <= max(_HEAD, _MIN_FOCUS):
             return self._whole(run, base, alive)
         # Draining jobs (cycle._draining: waited drain_after_s and drain_ratio x the mean wait of
         # the whole queue) claim room: they join the focus, whose own mean must agree on them.
