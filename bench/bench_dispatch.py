@@ -26,6 +26,8 @@ from benchbed import (
     UID_LABEL,
     JobWatch,
     aijob,
+    cpu_delta,
+    cpu_seconds,
     gpus_on_bed,
     machine,
     operator_on_bed,
@@ -87,10 +89,12 @@ def main() -> int:
         )
         bodies = [aijob(f"j{i:05d}") for i in range(args.n)]
         spy = pyspy(op.proc.pid, 60, args.profile) if args.profile else None
+        cpu0 = cpu_seconds(tb, op.proc.pid)
         t0 = time.monotonic()
         uids = op.create_many(namespace, bodies, workers=args.workers)
         applied = time.monotonic()
         done = cpn_watch.wait_for(uids, timeout_s=600)
+        cpu_cpn = cpu_delta(cpu0, cpu_seconds(tb, op.proc.pid))
         cpn_watch.stop()
         if spy is not None:
             spy.wait()
@@ -102,6 +106,7 @@ def main() -> int:
             "apply_s": round(applied - t0, 2),
             "all_member_jobs_s": round(done - t0, 2),
             "spread": spread,
+            "cpu_s": cpu_cpn,
         }
 
         # Let the member pods settle (all running) so phase 2 runs on a quiet bed too.
@@ -130,6 +135,7 @@ def main() -> int:
             key_of=lambda j: j.metadata.name,
         )
         work = [(m, body) for m, bodies_ in plan.items() for body in bodies_]
+        cpu1 = cpu_seconds(tb, op.proc.pid)
         t1 = time.monotonic()
         with ThreadPoolExecutor(args.workers) as pool:
             list(
@@ -140,9 +146,11 @@ def main() -> int:
         created = time.monotonic()
         done_direct = direct_watch.wait_for([b["metadata"]["name"] for _, b in work], timeout_s=600)
         direct_watch.stop()
+        cpu_direct = cpu_delta(cpu1, cpu_seconds(tb, op.proc.pid))
         out["direct"] = {
             "create_calls_s": round(created - t1, 2),
             "all_jobs_s": round(done_direct - t1, 2),
+            "cpu_s": cpu_direct,
         }
         cpn_s = done - t0
         direct_s = done_direct - t1

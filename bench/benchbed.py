@@ -93,6 +93,32 @@ def bed_down(tb: Testbed) -> None:
         tb.down(purge=True)
 
 
+def cpu_seconds(tb: Testbed, operator_pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the operator and by each component of
+    the bed, members summed ("hub/kube-apiserver", "members/kwok", ...): subtract two
+    readings with :func:`cpu_delta` to see where a phase's CPU went."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    owners = [("operator", operator_pid)]
+    for key, proc in tb.process_table().items():
+        cluster, component = key.split("/", 1)
+        owners.append((f"{'hub' if cluster == 'hub' else 'members'}/{component}", proc.pid))
+    out: dict[str, float] = {}
+    for owner, pid in owners:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[owner] = out.get(owner, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per owner, CPU seconds between two :func:`cpu_seconds` readings (0.1 s and up)."""
+    spent = {k: round(v - before.get(k, 0.0), 1) for k, v in after.items()}
+    return dict(sorted(((k, v) for k, v in spent.items() if v >= 0.1), key=lambda kv: -kv[1]))
+
+
 def gpus_on_bed(tb: Testbed) -> int:
     return sum(n.gpus for c in tb.spec.members for n in c.nodes)
 
@@ -349,13 +375,14 @@ def operator_on_bed(keep: bool, log: Path, **settings: object) -> Iterator[Opera
 
 def pyspy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None:
     """Sample the operator with py-spy when it is installed (profiling aid, optional):
-    collapsed stacks, one line each with its sample count."""
+    collapsed stacks of the thread holding the GIL (where Python spends CPU), one line each
+    with its sample count."""
     exe = Path(sys.executable).with_name("py-spy")
     if not exe.exists():
         return None
     return subprocess.Popen(
         [
-            *(str(exe), "record", "--nonblocking", "-r", "25", "-p", str(pid)),
+            *(str(exe), "record", "--nonblocking", "--gil", "-r", "50", "-p", str(pid)),
             *("-d", str(seconds), "-f", "raw", "-o", str(out)),
         ],
         stdout=subprocess.DEVNULL,

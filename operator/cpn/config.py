@@ -48,6 +48,12 @@ class OperatorConfig:
     """HAMi resource pool named on shared-GPU pods (annotation hami.io/resource-pool)."""
     dispatch_workers: int = 16
     """Parallel API calls when dispatching."""
+    hub_write_qps: float = 50.0
+    """AIJob status patches and Events sent to the hub per second at most (0 = no limit):
+    in a burst of submissions they queue behind creating member Jobs and merge while they
+    wait, so the hub's API server stays free for users' own requests."""
+    hub_write_burst: int = 100
+    """Hub writes allowed at once above ``hub_write_qps`` after a quiet spell."""
     leader_election: bool = False
     """Run only while holding the Lease (for two replicas, one active)."""
     lease_duration_s: float = 15.0

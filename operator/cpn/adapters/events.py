@@ -57,6 +57,9 @@ def post_event(
     body = event_body(obj, reason, message, warning)
     core: Any = client.CoreV1Api(api)
     try:
-        core.create_namespaced_event(body["metadata"]["namespace"], body, _request_timeout=10)
+        response = core.create_namespaced_event(
+            body["metadata"]["namespace"], body, _preload_content=False, _request_timeout=10
+        )
+        response.data  # read it all, so the connection goes back to the pool  # noqa: B018
     except ApiException as err:
         log.debug("event %s not posted: %s", reason, err.reason)

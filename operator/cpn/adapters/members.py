@@ -9,6 +9,7 @@ whose pods do not exist yet.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -265,8 +266,7 @@ class Member:
         """Create a member Job; AlreadyExists counts as success. Returns the Job's uid or ""."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
-            return str(created.metadata.uid)
+            return self._create(namespace, manifest)
         except ApiException as err:
             if err.status == 409:
                 return ""
@@ -279,12 +279,18 @@ class Member:
             if err.status != 409:
                 raise
         try:
-            created = self.batch.create_namespaced_job(namespace, manifest, _request_timeout=30)
+            return self._create(namespace, manifest)
         except ApiException as err:
             if err.status == 409:
                 return ""
             raise
-        return str(created.metadata.uid)
+
+    def _create(self, namespace: str, manifest: Mapping[str, Any]) -> str:
+        """Create the Job and return its uid, read from the JSON (no client model)."""
+        response = self.batch.create_namespaced_job(
+            namespace, manifest, _preload_content=False, _request_timeout=30
+        )
+        return str(json.loads(response.data)["metadata"]["uid"])
 
     def delete_job(self, name: str) -> None:
         """Delete a member Job and its pods; a missing Job counts as deleted."""

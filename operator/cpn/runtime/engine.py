@@ -49,6 +49,7 @@ from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.store import Packed, Record, Store, unpack
+from cpn.runtime.writes import Pace, WriteQueue
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class Runtime:
         # Status patches and Events go through their own threads, so that a burst of them
         # never queues ahead of member Job creation.
         self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
+        self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst)
+        self.writes = WriteQueue()
+        self._write_workers: list[asyncio.Task[None]] = []
         _widen_pool(hub, config.dispatch_workers + WRITE_WORKERS)
         self._writer: asyncio.Task[None] | None = None
         self._write_again = False
@@ -531,6 +535,10 @@ class Runtime:
         await self.connect_members()
         await self.wait_synced()
         self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
+        self._write_workers = [
+            asyncio.get_running_loop().create_task(self._write_worker())
+            for _ in range(WRITE_WORKERS)
+        ]
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
@@ -903,26 +911,29 @@ class Runtime:
         return member.spec.namespace if member else ""
 
     def _write_soon(self, record: Record) -> None:
-        if self.loop is not None:
-            self.loop.create_task(self.write_status(record))
+        self.writes.add(record.key)
 
-    async def write_status(self, record: Record) -> None:
-        """Merge-patch the AIJob's status with what changed since the last write (one write
-        per AIJob in flight; a change meanwhile is written right after it)."""
-        if record.writing:
-            record.rewrite = True
-            return
-        record.writing = True
-        try:
-            while True:
-                record.rewrite = False
-                await self._write_status(record)
-                if not record.rewrite:
-                    return
-        finally:
-            record.writing = False
+    async def _write_worker(self) -> None:
+        """Take the next due status (or Event) from the queue and write it, paced."""
+        loop = asyncio.get_running_loop()
+        while True:
+            kind, item = await self.writes.get()
+            try:
+                await self.hub_writes.take()
+                if kind == "status":
+                    record = self.store.records.get(item)
+                    if record is not None:
+                        await self._write_status(record)
+                else:
+                    await loop.run_in_executor(self.write_pool, post_event, self.hub, *item)
+            except Exception:
+                log.exception("hub write failed")
+            finally:
+                if kind == "status":
+                    self.writes.done(item)
 
     async def _write_status(self, record: Record) -> None:
+        """Merge-patch the AIJob's status with what changed since the last write."""
         if record.deleting or record.key not in self.store.records:
             return
         status = self.render_status(record)
@@ -979,7 +990,8 @@ class Runtime:
             for r in list(self.store.records.values())
             if r.written_sig != _signature(r) or now - r.written_at >= period
         ]
-        await asyncio.gather(*(self.write_status(r) for r in due))
+        for record in due:
+            self._write_soon(record)
         for name in list(self.members):
             await self.write_member_status(name)
 
@@ -991,6 +1003,9 @@ class Runtime:
 
     async def write_member_status(self, name: str, body: Mapping[str, Any] | None = None) -> None:
         ready, why = self.member_status.get(name, (False, "not probed yet"))
+        # Conditions keep their lastTransitionTime while their status holds.
+        written = self._member_written.get(("member", name)) or (body or {}).get("status") or {}
+        previous = written.get("conditions") or ()
         member = self.members.get(name)
         status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock())}
         if member is not None:
@@ -1025,6 +1040,7 @@ class Runtime:
                     else f"{why_metrics}; scheduling uses the API's accounting only",
                     generation=0,
                     now_s=self.clock(),
+                    previous=previous,
                 )
             )
         status["conditions"] = [
@@ -1035,6 +1051,7 @@ class Runtime:
                 why or "API answers",
                 generation=0,
                 now_s=self.clock(),
+                previous=previous,
             ),
             *conditions_extra,
         ]
@@ -1060,7 +1077,7 @@ class Runtime:
     def _post_event(
         self, body: Mapping[str, Any], reason: str, message: str, warning: bool
     ) -> None:
-        self.write_pool.submit(post_event, self.hub, body, reason, message, warning)
+        self.writes.add_event((body, reason, message, warning))
 
     def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
         body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
@@ -1095,6 +1112,8 @@ class Runtime:
     async def stop(self) -> None:
         self._stopping = True
         self.kick()
+        for task in self._write_workers:
+            task.cancel()
         self.observer.stop()
         for member in self.members.values():
             member.stop()

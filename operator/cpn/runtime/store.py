@@ -94,8 +94,6 @@ class Record:
     written: Mapping[str, Any] = field(default_factory=dict)  # last status we patched
     written_sig: tuple[Any, ...] | None = None  # what the last write was about (engine)
     written_at: float = 0.0  # time.monotonic() of the last write
-    writing: bool = False  # a status write is in flight
-    rewrite: bool = False  # the record changed while it was
     deleting: bool = False
     observed: bool = False  # its member Job has been seen since dispatch
 
@@ -229,7 +227,9 @@ class Store:
         for record in self.pending():
             job = record.job
             assert job is not None
-            pending.append(replace(job, attempts=record.attempts, not_before_s=record.not_before_s))
+            if job.attempts != record.attempts or job.not_before_s != record.not_before_s:
+                job = replace(job, attempts=record.attempts, not_before_s=record.not_before_s)
+            pending.append(job)
         running = []
         for record in self.active():
             if record.job is None or not record.cluster:
