@@ -150,7 +150,7 @@ class _Cycle:
         self.position: dict[str, int] = {}
         self.cands: dict[str, list[Candidate]] = {}
         self.walked: set[str] = set()  # jobs whose hold is written
-        self.beside_failed: set[tuple[Shape, GroupKey, frozenset[str]]] = set()
+        self.beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
 
     # -- 1. eligibility ---------------------------------------------------------------
     def _eligible(self) -> list[Job]:
@@ -258,8 +258,13 @@ class _Cycle:
         in_way = self._in_the_way(job, cand)
         if not in_way or not self.policy.reservation.backfill:
             return None
-        memo = (shape(job), cand.key, frozenset(r.job_key for r in in_way))
-        if memo in self.beside_failed:
+        # Capacity only shrinks in the walk: a shape that found no room beside some
+        # reservations finds none later beside them or more, until reservations move.
+        failed = self.beside_failed.setdefault((shape(job), cand.key), [])
+        ways = frozenset(r.job_key for r in in_way)
+        if any(f <= ways for f in failed):
+            return None
+        if self.capacity.fit(job, cand.key) is None:
             return None
         held = frozenset().union(*(r.nodes for r in in_way))
         tried: set[tuple[str, ...]] = set()
@@ -271,8 +276,9 @@ class _Cycle:
             kept = self._kept_beside(job, cand, nodes, in_way)
             if kept is not None:
                 self.reserved = kept
+                self.beside_failed.clear()  # reservations moved
                 return nodes
-        self.beside_failed.add(memo)
+        failed.append(ways)
         return None
 
     def _kept_beside(
@@ -320,7 +326,6 @@ class _Cycle:
         until = self.now + cand.transfer_s + cand.runtime_s
         self.capacity.take(item.job, cand.key, nodes, until_s=until)
         self.quota.take(item.job, cand.key[1])
-        self.beside_failed.clear()
         self.reserved = [r for r in self.reserved if r.job_key != item.job.key]
         for res in list(self.reserved):
             if res.job_key not in self.walked and self.quota.exceeds(res.job, res.key[1]):
@@ -332,6 +337,7 @@ class _Cycle:
                 others = [r for r in self.reserved if r is not res]
                 moved = self._moved(res, others)
                 if moved is not res:
+                    self.beside_failed.clear()
                     self.reserved.remove(res)
                     if moved is not None:
                         self.reserved.append(moved)
