@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes import client
@@ -113,6 +113,7 @@ class Member:
             ),
         ]
         self.unknown_types: set[str] = set()
+        self._parsed: dict[str, tuple[str | None, Node | None]] = {}  # name -> (version, node)
 
     @property
     def name(self) -> str:
@@ -200,6 +201,8 @@ class Member:
             total.cpu += usage.cpu
             total.memory_gib += usage.memory_gib
         nodes = []
+        if len(self._parsed) > len(self.nodes):  # forget deleted nodes
+            self._parsed = {n: v for n, v in self._parsed.items() if n in self.nodes}
         for name, obj in sorted(self.nodes.items()):
             node = self._node(
                 name,
@@ -220,6 +223,25 @@ class Member:
     def _node(
         self, name: str, obj: Mapping[str, Any], other: Usage, ours: Usage, cpu_util: float | None
     ) -> Node | None:
+        """The node with what is free on it now; its fixed facts are parsed once per
+        version of the Node object (every cycle asks for every node)."""
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        cached = self._parsed.get(name)
+        if cached is None or cached[0] != version or version is None:
+            cached = (version, self._parse_node(name, obj))
+            self._parsed[name] = cached
+        node = cached[1]
+        if node is None:
+            return None
+        return replace(
+            node,
+            free_gpus=node.gpus - other.gpus - ours.gpus,
+            free_cpu=node.cpu - other.cpu - ours.cpu,
+            free_memory_gib=node.memory_gib - other.memory_gib - ours.memory_gib,
+            cpu_util=cpu_util,
+        )
+
+    def _parse_node(self, name: str, obj: Mapping[str, Any]) -> Node | None:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         product = labels.get(k.GPU_PRODUCT_LABEL)
         status = obj.get("status") or {}
@@ -245,19 +267,17 @@ class Member:
         )
         cpu = _qty(alloc.get("cpu"))
         memory = _qty(alloc.get("memory"), _GIB)
-        gpu_memory = _qty(labels.get(k.GPU_MEMORY_LABEL)) / 1024.0
         return Node(
             cluster=self.name,
             name=name,
             gpu_type=gpu_type,
             gpus=gpus,
-            free_gpus=gpus - other.gpus - ours.gpus,
-            gpu_memory_gib=gpu_memory,
+            free_gpus=gpus,
+            gpu_memory_gib=_qty(labels.get(k.GPU_MEMORY_LABEL)) / 1024.0,
             cpu=cpu,
-            free_cpu=cpu - other.cpu - ours.cpu,
+            free_cpu=cpu,
             memory_gib=memory,
-            free_memory_gib=memory - other.memory_gib - ours.memory_gib,
-            cpu_util=cpu_util,
+            free_memory_gib=memory,
             schedulable=ready and not (obj.get("spec") or {}).get("unschedulable", False),
         )
 
