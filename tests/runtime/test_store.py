@@ -44,3 +44,40 @@ def test_records_are_found_by_uid_and_a_recreated_name_replaces_the_old_uid():
     assert store.by_uid("uid-2") is second and store.by_uid("uid-1") is None
     store.remove("ns/a")
     assert store.by_uid("uid-2") is None and store.records == {}
+
+
+class LearningEstimator:
+    """Unseen (conservative 600 s) until it has retrained, then 60 s."""
+
+    def __init__(self) -> None:
+        self.retrains = 0
+        self.calls = 0
+
+    def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
+        self.calls += 1
+        if self.retrains:
+            return Estimate(runtime_s={t: 60.0 for t in gpu_types})
+        return Estimate(runtime_s={t: 600.0 for t in gpu_types}, unseen=True)
+
+    def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
+        return None
+
+
+def test_waiting_unseen_jobs_are_estimated_again_after_a_retrain_only():
+    """A retrain re-estimates waiting jobs flagged unseen at the next snapshot, once."""
+    estimator = LearningEstimator()
+    store = Store(QueuePolicy(), estimator)
+    store.set_gpu_types(["A100-80GB"])
+    store.upsert(body("a", "uid-1"), user="u", group="g")
+    snap = store.snapshot(0.0, [], {})
+    assert snap.pending[0].estimate.runtime_s["A100-80GB"] == 600.0
+    calls = estimator.calls
+    store.snapshot(1.0, [], {})
+    assert estimator.calls == calls  # nothing learned: nothing asked again
+    estimator.retrains = 1
+    snap = store.snapshot(2.0, [], {})
+    assert snap.pending[0].estimate.runtime_s["A100-80GB"] == 60.0
+    assert not snap.pending[0].estimate.unseen
+    calls = estimator.calls
+    store.snapshot(3.0, [], {})
+    assert estimator.calls == calls

@@ -25,6 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
+#: Objects per page when an informer lists.
+LIST_PAGE = 500
+
 #: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
 EventFn = Callable[[str, Mapping[str, Any] | None], None]
 
@@ -118,9 +121,24 @@ class Informer:
         self._on_event("ERROR", None)
 
     def _relist(self) -> str:
-        response = self._list(**self._kwargs, _preload_content=False, _request_timeout=30)
-        result = json.loads(response.data)
-        self._on_event("LIST", {"items": result.get("items") or []})
+        """List in pages (one answer of 10,000 objects is a transient 100 MB of dicts)."""
+        items: list[Any] = []
+        token = None
+        while True:
+            response = self._list(
+                **self._kwargs,
+                limit=LIST_PAGE,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=30,
+            )
+            result = json.loads(response.data)
+            del response
+            items.extend(_slim(item) for item in result.get("items") or [])
+            token = (result.get("metadata") or {}).get("continue")
+            if not token:
+                break
+        self._on_event("LIST", {"items": items})
         self.healthy = True
         self.last_ok = time.monotonic()
         self.last_error = ""
@@ -152,6 +170,16 @@ class Informer:
                 self.healthy = True
                 if kind == "BOOKMARK":
                     continue
-                self._on_event(kind, data)
+                self._on_event(kind, _slim(data))
             self.last_ok = time.monotonic()
             # stream ended by timeout: resume from the last version seen
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields`` (server-side apply's bookkeeping,
+    often the largest part of an object, which nothing here reads: client-go's informers
+    are advised to drop it with a transform for the same reason)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj

@@ -115,6 +115,7 @@ class Store:
         self.policy = policy
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
+        self._estimator_version = getattr(estimator, "retrains", 0)
 
     def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
         """Add or refresh a record from the AIJob object (restoring state from its status)."""
@@ -170,6 +171,22 @@ class Store:
         estimate = self.estimator.estimate(job, self.gpu_types)
         return replace(job, estimate=estimate)
 
+    def refresh_unseen(self) -> int:
+        """After the predictor has retrained, estimate again the waiting jobs whose model it
+        had not seen (their conservative first estimate is what learning improves most);
+        returns how many. Others keep theirs until their spec or the GPU types change."""
+        version = getattr(self.estimator, "retrains", 0)
+        if version == self._estimator_version:
+            return 0
+        self._estimator_version = version
+        count = 0
+        for record in self.pending():
+            job = record.job
+            if job is not None and job.estimate.unseen:
+                record.job = self.attach_estimate(job)
+                count += 1
+        return count
+
     def set_gpu_types(self, types: Iterable[str]) -> None:
         """GPU types present in the members; re-estimate when new ones appear."""
         new = tuple(sorted(set(types)))
@@ -223,6 +240,7 @@ class Store:
         bandwidth: Mapping[str, Mapping[str, float]],
     ) -> Snapshot:
         """The frozen input of one cycle."""
+        self.refresh_unseen()
         pending = []
         for record in self.pending():
             job = record.job
