@@ -223,14 +223,17 @@ class _Cycle:
         self, res: Reserved, others: Sequence[Reserved], *, free_now: bool = False
     ) -> Reserved | None:
         """Room for ``res``'s job by its reserved start: ``res`` itself while its nodes
-        still do, else other room no reservation in ``others`` holds; None if there is none.
+        still do, else (due now) other room no reservation in ``others`` holds; else None.
 
         With ``free_now`` only room free now counts.
         """
         job = res.job
         own = frozenset(s.name for s in self.capacity.groups[res.key]) - res.nodes
         options = [(res.key, own)]
-        for cand in self._cands_of(job):
+        # Only a reservation due now moves (its room is held past a predicted end, and so
+        # may any room it could move to); one due later keeps its nodes, so no later
+        # cycle finds them taken until after its start.
+        for cand in self._cands_of(job) if res.start_s <= self.now else ():
             if not self.quota.exceeds(job, cand.key[1]):
                 taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
                 options.append((cand.key, taken))
@@ -394,7 +397,7 @@ class _Cycle:
             and not self._draining(job)
         ):
             return None
-        best: tuple[bool, float, str, str, Reserved] | None = None
+        best: tuple[bool, float, bool, str, str, Reserved] | None = None
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.reserved if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -408,16 +411,18 @@ class _Cycle:
                 nodes=frozenset(nodes),
                 start_s=when,
             )
-            # Room free now beats room predicted to free later or now (a job past its
-            # predicted end still holds it): a job that can start now reserves where it
-            # can, so no later holder reserves that room away from it.
-            waits = self.capacity.fit(job, cand.key, taken) is None
-            if best is None or (waits, done, *cand.key) < best[:4]:
-                best = (waits, done, cand.key[0], cand.key[1], res)
+            # Room a job past its predicted end still holds frees "now" only on paper: it
+            # comes after any other room (a job that can start now reserves where it can,
+            # so no later holder reserves that room away from it); at equal completion,
+            # room free now beats room predicted to free.
+            late = when <= self.now and self.capacity.fit(job, cand.key, taken) is None
+            waits = self.capacity.fit(job, cand.key) is None
+            if best is None or (late, done, waits, *cand.key) < best[:5]:
+                best = (late, done, waits, cand.key[0], cand.key[1], res)
         if best is None:
             return None
-        self.reserved.append(best[4])
-        return best[4]
+        self.reserved.append(best[5])
+        return best[5]
 
     def run(self) -> CyclePlan:
         eligible = self._eligible()
