@@ -87,7 +87,7 @@ class Member:
         self.api = api
         self.hub = hub
         self.nodes: dict[str, Mapping[str, Any]] = {}
-        self.pods: dict[str, tuple[str, Usage, bool]] = {}  # uid -> (node, usage, cpn-owned)
+        self.pods: dict[str, tuple[str, Usage]] = {}  # others' pods: uid -> (node, usage)
         self.jobs: dict[str, Mapping[str, Any]] = {}  # member Job name -> Job
         self._on_event = on_event
         # Any: the client's typed signatures want model objects; we pass plain dicts.
@@ -101,7 +101,10 @@ class Member:
                 api,
                 self.core.list_pod_for_all_namespaces,
                 self._handler("pods"),
+                # Bound pods that are not cpn's: cpn's own are counted from its records, so
+                # the API server need not send their events at all.
                 field_selector="spec.nodeName!=",
+                label_selector=f"!{k.LABEL_UID}",
             ),
             Informer(
                 f"{name}/jobs",
@@ -181,8 +184,7 @@ class Member:
                 self.pods.pop(uid, None)
             else:
                 node = (obj.get("spec") or {}).get("nodeName") or ""
-                owned = k.LABEL_UID in (meta.get("labels") or {})
-                self.pods[uid] = (node, pod_usage(obj), owned)
+                self.pods[uid] = (node, pod_usage(obj))
 
     def cluster(
         self,
@@ -193,9 +195,7 @@ class Member:
     ) -> Cluster:
         """The core view: nodes with GPUs, free = allocatable - others' pods - cpn's jobs."""
         other: dict[str, Usage] = {}
-        for node_name, usage, owned in list(self.pods.values()):
-            if owned:
-                continue
+        for node_name, usage in list(self.pods.values()):
             total = other.setdefault(node_name, Usage())
             total.gpus += usage.gpus
             total.cpu += usage.cpu
