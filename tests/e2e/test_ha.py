@@ -47,7 +47,10 @@ def cycles(log: Path) -> int:
 
 
 def leads(log: Path) -> bool:
-    return "leader: holding lease" in log.read_text(errors="replace")
+    """Whether the replica writing ``log`` leads now: a replica restarted as the standby
+    appends to the log it wrote as the leader before."""
+    text = log.read_text(errors="replace")
+    return text.rfind("leader: holding lease") > text.rfind("standby: lease")
 
 
 class Pair:

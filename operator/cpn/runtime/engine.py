@@ -104,6 +104,7 @@ class Runtime:
         self._policy_version: str | None = None
         self._policy_informer: Informer | None = None
         self._hub_informers: list[Informer] = []
+        self.aijobs_listed = False  # the sweep waits for it
         self.cycles = 0
         self.last_plan: CyclePlan | None = None
         self.last_snapshot: Snapshot | None = None
@@ -225,6 +226,7 @@ class Runtime:
             version=k.VERSION,
             plural=k.AIJOB_PLURAL,
         )
+        self.aijobs_listed = True
 
     async def _watch_hub(
         self,
@@ -1088,8 +1090,11 @@ class Runtime:
 
     # -- garbage collection -------------------------------------------------------------------
     async def sweep(self) -> int:
-        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one."""
+        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only
+        once the AIJobs are listed: before, every member Job would look orphaned)."""
         deleted = 0
+        if not self.aijobs_listed:
+            return 0
         for member in list(self.members.values()):
             if not member.synced():
                 continue
