@@ -67,12 +67,14 @@ class Pair:
         return start_operator(self.hub.kubeconfig, self.logs[i], args=args, **self.hub.settings)
 
     def leader(self) -> int:
-        """Index of the replica that holds the Lease (waits for one)."""
-        found: int = wait_until(
-            lambda: next((i + 1 for i, log in enumerate(self.logs) if leads(log)), 0),
-            timeout_s=60,
-            what="a leader",
-        )
+        """Index of the replica that holds the Lease (waits until exactly one says it leads:
+        a replica restarted as the standby says so only once it is up)."""
+
+        def only_leader() -> int:
+            leading = [i for i, log in enumerate(self.logs) if leads(log)]
+            return leading[0] + 1 if len(leading) == 1 else 0
+
+        found: int = wait_until(only_leader, timeout_s=60, what="exactly one leader")
         return found - 1
 
 
