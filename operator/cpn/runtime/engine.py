@@ -1099,17 +1099,16 @@ class Runtime:
             if not member.synced():
                 continue
             for name, job in list(member.jobs.items()):
+                # Adopt first: a Job created just before a crash, whose Dispatched status
+                # never landed, belongs to a record that still reads Queued.
+                self._follow(member, "MODIFIED", job)
                 labels = (job.get("metadata") or {}).get("labels") or {}
                 record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
-                live = (
-                    record is not None
-                    and record.active
-                    and record.member_job == name
-                    and record.cluster == member.name
-                )
-                keep_finished = record is not None and record.finished and record.member_job == name
-                if live or keep_finished:
+                attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
+                why = why_stale(record, member.name, name, attempt)
+                if why is None:
                     continue
+                log.info("deleting member Job %s/%s: %s", member.name, name, why)
                 await self.call(_quiet, member.delete_job, name)
                 deleted += 1
         return deleted
@@ -1127,6 +1126,19 @@ class Runtime:
                 informer.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.write_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def why_stale(record: Record | None, cluster: str, name: str, attempt: int) -> str | None:
+    """Why the sweep should delete a member Job, or None to keep it."""
+    if record is None:
+        return "its AIJob is gone"
+    if record.member_job == name and (
+        record.finished or (record.active and record.cluster == cluster)
+    ):
+        return None  # the live attempt, or the one that finished
+    if record.phase == k.PHASE_QUEUED and attempt > record.attempts:
+        return None  # dispatched but not yet recorded: adopted, or found again by its name
+    return f"attempt {attempt} is stale ({record.key} is {record.phase}, attempt {record.attempts})"
 
 
 def _signature(record: Record) -> tuple[Any, ...]:
