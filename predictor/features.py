@@ -58,8 +58,9 @@ FEATURES: tuple[str, ...] = (
     "precision_is_fp32",
 )
 #: 2: the prior is the fitted-alpha anchor / latency-aware roofline; 3: multi-GPU anchors
-#: add the gradient exchange over the GPUs' link, alpha is fitted on one-GPU rows
-SCHEMA_VERSION = 3
+#: add the gradient exchange over the GPUs' link, alpha is fitted on one-GPU rows; 4: a
+#: target between the model's measured types gets the per-model time fit (Priors._physics)
+SCHEMA_VERSION = 4
 
 #: Domains with a fixed code (unknown ones map to 0).
 DOMAINS: tuple[str, ...] = (

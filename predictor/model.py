@@ -383,8 +383,13 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
 class Priors:
     """The scaling baseline over a set of measurements (see the module docstring)."""
 
-    def __init__(self, measurements: Sequence[Measurement], specs: Specs) -> None:
+    def __init__(
+        self, measurements: Sequence[Measurement], specs: Specs, *, physics: bool = True
+    ) -> None:
         self.specs = specs
+        #: use the per-model time fit (:meth:`_physics`) where the target lies between
+        #: the model's measured GPU types; False: the blended speed-up alone
+        self.physics = physics
         rows = [
             BenchmarkRow(
                 model=m.model,
@@ -409,6 +414,10 @@ class Priors:
         for m in measurements:
             by_model[m.model].add(m.gpu_type)
         self._measured = {k: frozenset(v) for k, v in by_model.items()}
+        self._rows_of: dict[str, list[Measurement]] = defaultdict(list)
+        for m in measurements:
+            self._rows_of[m.model].append(m)
+        self._physics_fits: dict[tuple[Any, ...], tuple[tuple[str, ...], np.ndarray] | None] = {}
         # the compute share describes one GPU's speed-up: multi-GPU rows also carry the
         # gradient exchange, which the multi-GPU prior models on its own (link bandwidth)
         self.alpha = fit_alpha(
@@ -475,12 +484,126 @@ class Priors:
             return self._cache[key]
         result: tuple[float, float] | None = None
         anchors = sorted(self.measured_types(model) - {gpu_type})
-        if anchors:
+        if anchors and self.physics:
+            result = self._physics(model, gpu_type, batch_size, gpus, precision, anchors)
+        if anchors and result is None:
             if gpus > 1:
                 result = self._with_exchange(model, gpu_type, batch_size, gpus, precision, anchors)
             if result is None:
                 result = self._scaled(model, gpu_type, batch_size, gpus, precision, anchors)
         self._cache[key] = result
+        return result
+
+    def _physics(
+        self,
+        model: str,
+        gpu_type: str,
+        batch_size: int,
+        gpus: int,
+        precision: str,
+        anchors: Sequence[str],
+    ) -> tuple[float, float] | None:
+        """Prior from the model's own time per sample, fitted on its anchors' rows.
+
+        A worker's seconds per sample are modelled as ``t0 / b + c / F + a / B + w / (B b)
+        + x r / (L b)`` (``b`` batch size per worker, ``F`` compute, ``B`` memory
+        bandwidth, ``L`` the GPU-to-GPU link, ``r = 2 (n - 1) / n`` the ring all-reduce's
+        share on ``n`` GPUs): a fixed per-step latency, per-sample compute and memory
+        traffic, the weights read once per step, and the gradient exchange per step.
+        The five non-negative coefficients are fitted per model by non-negative least
+        squares on relative error over every row of the anchor types (one GPU and
+        several); with a single batch size only ``c``, ``a`` (and ``x``) are fitted.
+
+        Used only when the target **lies between** the anchors, i.e. its compute,
+        bandwidth and (on several GPUs) link figures are each within the range of the
+        anchors' figures: fitted on two types, such a fit interpolates well (P100 from
+        K80 and V100 on Gavel's table) but extrapolates badly to a slower or a faster
+        type (see docs/predictor.md). None otherwise (the blended speed-up is used).
+        """
+        if len(anchors) < 2:
+            return None
+        target = self.specs.gpu(gpu_type)
+        specs = [self.specs.gpu(a) for a in anchors]
+
+        def within(values: list[float], value: float) -> bool:
+            return min(values) * (1 - 1e-9) <= value <= max(values) * (1 + 1e-9)
+
+        if not (
+            within(
+                [effective_tflops(g, precision or None) for g in specs],
+                effective_tflops(target, precision or None),
+            )
+            and within([g.bandwidth_gbs for g in specs], target.bandwidth_gbs)
+        ):
+            return None
+        if gpus > 1 and not (
+            target.link_gbs > 0
+            and all(g.link_gbs > 0 for g in specs)
+            and within([g.link_gbs for g in specs], target.link_gbs)
+        ):
+            return None
+        fit = self._physics_fit(model, tuple(anchors))
+        if fit is None:
+            return None
+        columns, coef = fit
+        if gpus > 1 and "x" not in columns:
+            return None  # no multi-GPU rows to learn the exchange from
+        m = Measurement(
+            model=model,
+            gpu_type=gpu_type,
+            batch_size=batch_size,
+            gpus=gpus,
+            samples_per_s=1.0,
+            precision=precision,
+        )
+        per_sample_s = float(np.dot(self._physics_row(m, columns), coef))
+        if not per_sample_s > 0 or not math.isfinite(per_sample_s):
+            return None
+        nearest = min((math.log(self._ratio(a, gpu_type, precision)) for a in anchors), key=abs)
+        return max(gpus, 1) / per_sample_s, nearest
+
+    def _physics_row(self, m: Measurement, columns: Sequence[str]) -> list[float]:
+        gpu = self.specs.gpu(m.gpu_type)
+        b = float(max(m.batch_size, 1))
+        n = max(m.gpus, 1)
+        compute = effective_tflops(gpu, m.precision or None)
+        bandwidth = gpu.bandwidth_gbs / 1000.0
+        link = gpu.link_gbs / 100.0 if gpu.link_gbs > 0 else math.inf
+        values = {
+            "t0": 1.0 / b,
+            "c": 1.0 / compute,
+            "a": 1.0 / bandwidth,
+            "w": 1.0 / (bandwidth * b),
+            "x": 2.0 * (n - 1) / n / (link * b),
+        }
+        return [values[c] for c in columns]
+
+    def _physics_fit(
+        self, model: str, anchors: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], np.ndarray] | None:
+        key = (model, anchors)
+        if key in self._physics_fits:
+            return self._physics_fits[key]
+        rows = [m for m in self._rows_of.get(model, ()) if m.gpu_type in anchors]
+        result: tuple[tuple[str, ...], np.ndarray] | None = None
+        columns: tuple[str, ...] = ("c", "a")
+        if len({m.batch_size for m in rows}) >= 2:
+            columns = ("t0", "c", "a", "w")
+        if any(m.gpus > 1 for m in rows):
+            columns = (*columns, "x")
+        if len({m.gpu_type for m in rows}) >= 2 and len(rows) >= len(columns):
+            from scipy.optimize import nnls
+
+            A = np.asarray([self._physics_row(m, columns) for m in rows])
+            y = np.asarray([max(m.gpus, 1) / m.samples_per_s for m in rows])
+            w = np.sqrt(np.asarray([m.weight for m in rows]))
+            try:
+                coef, _ = nnls(A / y[:, None] * w[:, None], w)
+            except (ValueError, RuntimeError):  # pragma: no cover - defensive
+                coef = None
+            if coef is not None and np.all(np.isfinite(coef)) and coef.any():
+                result = (columns, coef)
+        self._physics_fits[key] = result
         return result
 
     def _scaled(

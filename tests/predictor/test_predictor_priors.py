@@ -110,6 +110,7 @@ def test_roofline_latency_makes_small_batches_slower_per_sample():
         ("rf", {"holdout_model": "lstm-lm"}),
         ("scaling", {"holdout_gpu": "V100-16GB"}),
         ("rf", {"holdout_gpu": "P100"}),
+        ("scaling", {"holdout_gpu": "P100"}),
     ],
 )
 def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
@@ -152,7 +153,8 @@ def test_exchange_prior_moves_the_exchange_time_by_link_bandwidth(holdout):
     type whose link differs from every anchor's; scaling efficiencies would be wrong."""
     rows = _exchange_rows(0.3)
     train = [m for m in rows if m.gpu_type != holdout]
-    priors = pm.Priors(train, Specs())
+    # V100 lies between the anchors: physics=False tests the blended path on its own
+    priors = pm.Priors(train, Specs(), physics=False)
     assert priors.alpha == pytest.approx(0.3, abs=1e-6)
     for m in (m for m in rows if m.gpu_type == holdout and m.gpus > 1):
         got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
@@ -179,3 +181,88 @@ def test_exchange_prior_falls_back_without_link_figures():
     got = priors.anchor("gpt2", "NOLINK", 16, 8, "fp32")
     assert got == priors._scaled("gpt2", "NOLINK", 16, 8, "fp32", anchors)
     assert got != priors.anchor("gpt2", "A10", 16, 8, "fp32")
+
+
+#: per model: (t0 s per step, c compute, a bandwidth, w weights per step, x exchange per step)
+_PHYSICS = {
+    "resnet50": (0.004, 0.02, 0.002, 0.01, 0.0),
+    "bert-base": (0.010, 0.005, 0.004, 0.02, 0.3),
+    "gpt2": (0.000, 0.0, 0.010, 0.05, 1.2),
+}
+
+
+def _physics_rows() -> list[Measurement]:
+    """Rows whose per-sample time is t0/b + c/F + a/B + w/(B b) + x r/(L b) exactly."""
+    rows = []
+    for model, (t0, c, a, w, x) in _PHYSICS.items():
+        for gpu in GPUS:
+            spec = gpu_spec(gpu)
+            f, bw, link = spec.fp32_tflops, spec.bandwidth_gbs / 1000, spec.link_gbs / 100
+            for batch in (8, 32, 128):
+                for gpus in (1, 2, 8):
+                    r = 2 * (gpus - 1) / gpus
+                    per_sample_s = t0 / batch + c / f + a / bw + w / (bw * batch)
+                    per_sample_s += x * r / (link * batch)
+                    rows.append(
+                        Measurement(
+                            model=model,
+                            gpu_type=gpu,
+                            batch_size=batch,
+                            gpus=gpus,
+                            samples_per_s=gpus / per_sample_s,
+                            precision="fp32",
+                        )
+                    )
+    return rows
+
+
+def test_physics_prior_recovers_a_type_between_its_anchors():
+    """V100 lies between T4, A10 and A100 in compute, bandwidth and link: rows made of
+    latency + compute + memory + exchange are predicted exactly there (one GPU and
+    several, batch sizes not measured too); the blended speed-up is off."""
+    rows = _physics_rows()
+    train = [m for m in rows if m.gpu_type != "V100-16GB"]
+    priors = pm.Priors(train, Specs())
+    blended = pm.Priors(train, Specs(), physics=False)
+    off = 0
+    for m in (m for m in rows if m.gpu_type == "V100-16GB"):
+        got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        assert got is not None
+        assert got[0] == pytest.approx(m.samples_per_s, rel=1e-6), m
+        old = blended.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        assert old is not None
+        off += abs(old[0] / m.samples_per_s - 1) > 0.02
+    assert off > len(_PHYSICS) * 9 // 2
+    (t0, c, a, w, x) = _PHYSICS["bert-base"]
+    spec = gpu_spec("V100-16GB")
+    f, bw, link = spec.fp32_tflops, spec.bandwidth_gbs / 1000, spec.link_gbs / 100
+    unmeasured = 4 / (t0 / 64 + c / f + a / bw + w / (bw * 64) + x * 1.5 / (link * 64))
+    got = priors.anchor("bert-base", "V100-16GB", 64, 4, "fp32")
+    assert got is not None and got[0] == pytest.approx(unmeasured, rel=1e-6)
+
+
+@pytest.mark.parametrize("holdout", ["A100-40GB", "T4"])
+def test_physics_prior_is_not_used_to_extrapolate(holdout):
+    """A type faster (A100: bandwidth) or slower (T4) than every anchor gets the blended
+    speed-up, not the per-model fit."""
+    rows = _physics_rows()
+    train = [m for m in rows if m.gpu_type != holdout]
+    priors = pm.Priors(train, Specs())
+    blended = pm.Priors(train, Specs(), physics=False)
+    for m in (m for m in rows if m.gpu_type == holdout):
+        got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        assert got is not None
+        assert got == blended.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+
+
+def test_physics_prior_needs_two_anchor_types():
+    """With one other measured type there is nothing to fit: the blended speed-up."""
+    rows = [m for m in _physics_rows() if m.gpu_type in ("T4", "V100-16GB")]
+    priors = pm.Priors(rows, Specs())
+    blended = pm.Priors(rows, Specs(), physics=False)
+    assert priors.anchor("gpt2", "A10", 32, 2, "fp32") == blended.anchor(
+        "gpt2", "A10", 32, 2, "fp32"
+    )
+    assert priors.anchor("gpt2", "V100-16GB", 32, 2, "fp32") == blended.anchor(
+        "gpt2", "V100-16GB", 32, 2, "fp32"
+    )
