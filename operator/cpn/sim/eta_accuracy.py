@@ -17,7 +17,18 @@ issue 6's bar):
   queue dynamics (later, higher-priority arrivals) from the projection itself;
 - ``no_eta``: jobs the projection did not reach within its cycle bound; they are
   left out of the error figures (``no_eta_share`` says how many);
-- ``calls``, ``eta_wall_s``, ``ms_per_call``: the cost of the projections.
+- ``calls``, ``eta_wall_s``, ``ms_per_call``: the cost of the projections;
+- ``calibrated``: the same error figures for the calibrated first ETAs (the
+  projected wait scaled from experience by
+  :class:`~cpn.core.eta_calibration.WaitCalibrator`, as the operator states it),
+  with ``factor_median`` (the median factor applied) and ``scaled_share``
+  (jobs whose factor was not 1: enough jobs had started before their ETA).
+
+The calibrated ETAs are those the run recorded (``JobRecord.eta_cal_start_s``)
+or, given a ``calibration`` config, :func:`replay_calibration` of the run under
+it: observations at each projected job's first start, calibrations at each
+projection instant, starts at an instant counted before projections at it (the
+simulator's order): only the past is used. Simulated jobs share one queue.
 """
 
 from __future__ import annotations
@@ -28,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.sim.report import percentile
-from cpn.sim.world import SimResult
+from cpn.sim.world import JobRecord, SimResult
 
 #: Jobs that waited at most this long are left out (issue 6: "waited more than ten minutes").
 MIN_WAIT_S = 600.0
@@ -50,6 +62,8 @@ class EtaError:
     eta_end_s: float
     finish_s: float | None
     overtaken: int  # jobs submitted after ``eta_at_s`` that started before this one
+    cal_start_s: float | None = None  # calibrated ETA start (None: not recorded)
+    factor: float | None = None  # the calibration factor applied (None: not known)
 
     @property
     def wait_s(self) -> float:
@@ -67,13 +81,59 @@ class EtaError:
         wait = self.wait_s
         return abs(self.error_s) / wait if wait > 0 else float("inf")
 
+    @property
+    def cal_rel_error(self) -> float | None:
+        """|calibrated ETA start - actual start| as a share of the actual wait."""
+        if self.cal_start_s is None:
+            return None
+        wait = self.wait_s
+        return abs(self.cal_start_s - self.start_s) / wait if wait > 0 else float("inf")
 
-def job_errors(result: SimResult) -> tuple[list[EtaError], int]:
-    """(errors of the jobs with a first ETA and a start, count of projected jobs with no ETA)."""
+
+def replay_calibration(
+    records: Sequence[JobRecord], config: CalibrationConfig | None = None
+) -> dict[str, tuple[float, float]]:
+    """job id -> (calibrated ETA start, factor) for every record with a first ETA.
+
+    Replays a fresh :class:`WaitCalibrator` over the run in time order, as the
+    simulator does online: a job's first start is observed before any projection
+    made at that instant or later, never before one made earlier.
+    """
+    calibrator = WaitCalibrator(config)
+    projected = [r for r in records if r.eta_at_s is not None and r.eta_start_s is not None]
+    # (time, kind, order): kind 0 = a start (observe), 1 = a projection (calibrate).
+    events: list[tuple[float, int, int]] = []
+    for i, record in enumerate(projected):
+        assert record.eta_at_s is not None
+        events.append((record.eta_at_s, 1, i))
+        if record.first_start_s is not None:
+            events.append((record.first_start_s, 0, i))
+    events.sort()
+    out: dict[str, tuple[float, float]] = {}
+    for at_s, kind, i in events:
+        record = projected[i]
+        assert record.eta_at_s is not None and record.eta_start_s is not None
+        wait = record.eta_start_s - record.eta_at_s
+        if kind == 0:
+            calibrator.observe("", wait, at_s - record.eta_at_s)
+        else:
+            factor = calibrator.factor("")
+            out[record.job_id] = (at_s + calibrator.calibrate("", wait), factor)
+    return out
+
+
+def job_errors(
+    result: SimResult, calibration: CalibrationConfig | None = None
+) -> tuple[list[EtaError], int]:
+    """(errors of the jobs with a first ETA and a start, count of projected jobs with no ETA).
+
+    Calibrated starts are replayed under ``calibration`` when given, else the recorded ones.
+    """
     started = sorted(
         (r.submit_s, r.first_start_s) for r in result.records if r.first_start_s is not None
     )
     submits = [s for s, _ in started]
+    replayed = replay_calibration(result.records, calibration) if calibration else {}
     out: list[EtaError] = []
     no_eta = 0
     for record in result.records:
@@ -94,9 +154,19 @@ def job_errors(result: SimResult) -> tuple[list[EtaError], int]:
                 eta_end_s=record.eta_end_s,
                 finish_s=record.finish_s,
                 overtaken=sum(1 for _, s in later if s < start),
+                cal_start_s=replayed[record.job_id][0] if calibration else record.eta_cal_start_s,
+                factor=replayed[record.job_id][1] if calibration else _factor(record),
             )
         )
     return out, no_eta
+
+
+def _factor(record: JobRecord) -> float | None:
+    """The factor a recorded calibrated ETA applied (None when it cannot be told)."""
+    if record.eta_cal_start_s is None or record.eta_start_s is None or record.eta_at_s is None:
+        return None
+    wait = record.eta_start_s - record.eta_at_s
+    return (record.eta_cal_start_s - record.eta_at_s) / wait if wait > 0 else None
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -107,9 +177,37 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def summary(result: SimResult, *, min_wait_s: float = MIN_WAIT_S) -> dict[str, Any]:
+def _calibrated(waited: Sequence[EtaError]) -> dict[str, Any] | None:
+    """Error figures of the calibrated first ETAs of ``waited`` (None: none recorded)."""
+    rel = [x for x in (e.cal_rel_error for e in waited) if x is not None]
+    if not rel or len(rel) < len(waited):
+        return None
+    hours = [abs(e.cal_start_s - e.start_s) / 3600.0 for e in waited if e.cal_start_s is not None]
+    factors = [e.factor for e in waited if e.factor is not None]
+    median = _median(rel)
+    return {
+        "median_rel_error": _r(median),
+        "p90_rel_error": _r(percentile(rel, 90)),
+        "median_abs_error_h": _r(_median(hours)),
+        "p90_abs_error_h": _r(percentile(hours, 90)),
+        "late_share": _r(
+            sum(1 for e in waited if e.cal_start_s is not None and e.cal_start_s < e.start_s)
+            / len(waited)
+        ),
+        "factor_median": _r(_median(factors)),
+        "scaled_share": _r(sum(1 for f in factors if abs(f - 1.0) > 1e-9) / len(waited)),
+        "aim_met": None if median is None else median < AIM_REL_ERROR,
+    }
+
+
+def summary(
+    result: SimResult,
+    *,
+    min_wait_s: float = MIN_WAIT_S,
+    calibration: CalibrationConfig | None = None,
+) -> dict[str, Any]:
     """The error distribution of the run's first ETAs (see the module docstring)."""
-    errors, no_eta_all = job_errors(result)
+    errors, no_eta_all = job_errors(result, calibration)
     waited = [e for e in errors if e.wait_s > min_wait_s]
     no_eta = sum(
         1
@@ -152,6 +250,7 @@ def summary(result: SimResult, *, min_wait_s: float = MIN_WAIT_S) -> dict[str, A
         "median_rel_error_not_overtaken": _r(_median([e.rel_error for e in calm])),
         "median_end_rel_error": _r(_median(ends)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
+        "calibrated": _calibrated(waited),
         "calls": result.eta_calls,
         "max_cycles": result.eta_max_cycles,
         "eta_wall_s": round(result.eta_wall_s, 3),

@@ -112,6 +112,8 @@ JOB_COLUMNS = (
     "estimate_s",
     "eta_start_s",
     "eta_end_s",
+    "eta_at_s",
+    "eta_cal_start_s",
 )
 
 
@@ -148,6 +150,8 @@ def job_row(record: JobRecord) -> dict[str, str]:
         "estimate_s": record.estimate_s,
         "eta_start_s": record.eta_start_s,
         "eta_end_s": record.eta_end_s,
+        "eta_at_s": record.eta_at_s,
+        "eta_cal_start_s": record.eta_cal_start_s,
     }
     return {k: _cell(v) for k, v in values.items()}
 
@@ -383,6 +387,11 @@ _ETA_COLUMNS = (
     ("overtaken", "overtaken_share"),
     ("median err / wait, overtaken", "median_rel_error_overtaken"),
     ("median err / wait, not overtaken", "median_rel_error_not_overtaken"),
+    ("calibrated: median err / wait", "calibrated.median_rel_error"),
+    ("calibrated: p90 err / wait", "calibrated.p90_rel_error"),
+    ("calibrated: late", "calibrated.late_share"),
+    ("calibration factor (median)", "calibrated.factor_median"),
+    ("scaled", "calibrated.scaled_share"),
     ("projections", "calls"),
     ("ms / projection", "ms_per_call"),
 )
@@ -396,13 +405,15 @@ def eta_markdown_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
         cells = [name]
         for _, key in _ETA_COLUMNS[1:]:
             assert key is not None
-            value = m.get(key)
+            value: Any = m
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, Mapping) else None
             if value is None:
                 cells.append("n/a")
             elif key.endswith("_share"):
                 cells.append(f"{value:.0%}")
             elif isinstance(value, float):
-                cells.append(f"{value:.2f}" if "rel" in key else f"{value:.1f}")
+                cells.append(f"{value:.2f}" if "rel" in key or "factor" in key else f"{value:.1f}")
             else:
                 cells.append(str(value))
         lines.append("| " + " | ".join(cells) + " |")
@@ -458,8 +469,10 @@ def write_markdown(
             "Each job's first ETA is the projection (cpn.core.eta.project, the operator's) made "
             "right after it arrived, with the run's estimator. Errors are over jobs that waited "
             "more than ten minutes; 'no ETA' jobs were beyond the projection's cycle bound. "
-            "'overtaken': a job submitted later started first. Aim (issue 6): median "
-            "err / wait under 0.25.",
+            "'overtaken': a job submitted later started first. 'calibrated': the same "
+            "projection with its wait scaled from experience (cpn.core.eta_calibration, the "
+            "ratios actual / projected wait of jobs that had started by then; 'scaled': jobs "
+            "with enough such history). Aim (issue 6): median err / wait under 0.25.",
             "",
         ]
     plots = [(name, caption) for name, caption in REPORT_PLOTS if (out / name).is_file()]

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
+from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.model import Cluster, CyclePlan, Estimate, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.sim.clusters import ClusterSet
@@ -74,6 +75,9 @@ class JobRecord:
     eta_at_s: float | None = None  # when it was projected (None: never projected)
     eta_start_s: float | None = None  # projected start (None: not reached within the bound)
     eta_end_s: float | None = None  # projected end
+    # eta_at_s + the projected wait calibrated from the jobs that started before eta_at_s
+    # (cpn.core.eta_calibration.WaitCalibrator, the operator's): the ETA a user is shown.
+    eta_cal_start_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:
@@ -219,7 +223,11 @@ class World:
     the run's estimator (what the scheduler believes), never the truth. They stop
     once the new jobs are placed (the same ETAs for them, less work); with
     ``eta_every`` = k only every k-th admitted job is projected (a sample, k
-    times cheaper on long queues).
+    times cheaper on long queues). Each first ETA is also calibrated from
+    experience (``eta_cal_start_s``): a :class:`~cpn.core.eta_calibration.WaitCalibrator`
+    configured by ``eta_calibration`` observes, when a projected job first starts,
+    its projected and actual waits, and scales later projections (only jobs that
+    started by then count: no knowledge of the future).
 
     With ``reestimate`` (the default) waiting and running jobs are re-estimated when
     the estimator learned something that may change their estimate, before the next
@@ -249,6 +257,7 @@ class World:
         eta_max_cycles: int = 400,
         eta_every: int = 1,
         eta_arrivals_s: float | None = None,
+        eta_calibration: CalibrationConfig | None = None,
         project: ProjectFn | None = None,
         reestimate: bool = True,
     ) -> None:
@@ -313,6 +322,7 @@ class World:
         self._unprojected: list[str] = []  # arrived jobs awaiting their first ETA
         self._eta_calls = 0
         self._eta_wall_s = 0.0
+        self.calibrator = WaitCalibrator(eta_calibration)
         # Re-estimation of waiting jobs (refresh_estimates). Learning is counted in
         # observations; each job remembers the count its estimate was made at.
         self.reestimate = reestimate and bool(getattr(estimator, "learns", True))
@@ -597,12 +607,15 @@ class World:
         self._eta_wall_s += time.perf_counter() - started
         self._eta_calls += 1
         for key in waiting:
-            record = self._states[key].record
+            state = self._states[key]
+            record = state.record
             record.eta_at_s = self.now_s
             found = projection.get(key)
             if found is not None:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
+                wait = self.calibrator.calibrate(state.job.queue, found.start_s - self.now_s)
+                record.eta_cal_start_s = self.now_s + wait
 
     def _expected_arrivals(self) -> list[Job]:
         """The jobs submitted in the last ``eta_arrivals_s``, as if submitted again one, two, ...
@@ -720,6 +733,10 @@ class World:
         self._busy_gpus += job.gpus
         if record.first_start_s is None:
             record.first_start_s = now
+            if record.eta_at_s is not None and record.eta_start_s is not None:
+                self.calibrator.observe(
+                    job.queue, record.eta_start_s - record.eta_at_s, now - record.eta_at_s
+                )
         record.cluster = cluster
         record.gpu_type = gpu_type
         record.estimate_s = job.estimate.on(gpu_type)

@@ -1,0 +1,143 @@
+"""Projected waits calibrated from the waits of jobs that already started."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator, fit_factor
+
+
+def test_no_history_returns_the_raw_projection():
+    """With no job observed yet, the stated wait is the projected wait itself."""
+    calibrator = WaitCalibrator()
+    assert calibrator.factor("q") == 1.0
+    assert calibrator.calibrate("q", 3600.0) == 3600.0
+
+
+def test_too_little_history_returns_the_raw_projection():
+    """Below min_samples observations the projection is not scaled, at the threshold it is."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=5))
+    for _ in range(4):
+        calibrator.observe("q", 1000.0, 3000.0)
+    assert calibrator.calibrate("q", 1000.0) == 1000.0
+    calibrator.observe("q", 1000.0, 3000.0)
+    assert calibrator.calibrate("q", 1000.0) == pytest.approx(3000.0)
+
+
+@pytest.mark.parametrize("statistic", ["fit", "median"])
+def test_converges_to_twice_on_a_stream_where_jobs_wait_twice_as_long(statistic):
+    """Actual = 2 x projected (with noise): the factor tends to 2 and ETAs double."""
+    rng = np.random.default_rng(7)
+    calibrator = WaitCalibrator(CalibrationConfig(statistic=statistic, window=400))
+    factors = []
+    for _ in range(1000):
+        projected = float(rng.uniform(600, 50_000))
+        calibrator.observe("q", projected, 2.0 * projected * float(rng.lognormal(0, 0.1)))
+        factors.append(calibrator.factor("q"))
+    assert factors[10] == 1.0  # before min_samples
+    assert abs(factors[-1] - 2.0) < 0.05
+    assert calibrator.calibrate("q", 7200.0) == pytest.approx(7200.0 * factors[-1])
+
+
+def test_only_recent_observations_count():
+    """The window forgets old ratios: after a regime change the factor follows the new one."""
+    calibrator = WaitCalibrator(CalibrationConfig(window=50, min_samples=10))
+    for _ in range(200):
+        calibrator.observe("q", 1000.0, 3000.0)
+    assert calibrator.factor("q") == pytest.approx(3.0)
+    for _ in range(50):
+        calibrator.observe("q", 1000.0, 1000.0)
+    assert calibrator.factor("q") == pytest.approx(1.0)
+
+
+def test_factor_uses_only_what_was_observed_so_far():
+    """Observing a later job never changes a factor computed earlier (no peeking ahead)."""
+    config = CalibrationConfig(min_samples=3)
+    stream = [(1000.0, 1500.0), (800.0, 2400.0), (2000.0, 2000.0), (500.0, 3000.0), (100.0, 90.0)]
+    online = WaitCalibrator(config)
+    seen = []
+    for projected, actual in stream:
+        seen.append(online.factor("q"))
+        online.observe("q", projected, actual)
+    for i, factor in enumerate(seen):
+        prefix = WaitCalibrator(config)
+        for projected, actual in stream[:i]:
+            prefix.observe("q", projected, actual)
+        assert prefix.factor("q") == factor
+
+
+def test_queues_are_calibrated_apart_and_borrow_the_pool_when_short():
+    """A queue with its own history uses it; a new queue uses the pooled history of all."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=10))
+    for _ in range(30):
+        calibrator.observe("slow", 1000.0, 4000.0)
+        calibrator.observe("exact", 1000.0, 1000.0)
+    assert calibrator.factor("slow") == pytest.approx(4.0)
+    assert calibrator.factor("exact") == pytest.approx(1.0)
+    pooled = calibrator.factor("new")
+    assert 1.0 <= pooled <= 4.0
+    assert calibrator.samples("new") == 0 and calibrator.samples("slow") == 30
+
+
+def test_factor_is_clamped_and_short_projections_floored():
+    """Ratios of near-zero projections count from floor_s; the factor stays within bounds."""
+    config = CalibrationConfig(min_samples=1, floor_s=60.0, max_factor=4.0)
+    calibrator = WaitCalibrator(config)
+    calibrator.observe("q", 0.0, 30.0)  # both under the floor: ratio 1
+    assert calibrator.factor("q") == 1.0
+    calibrator = WaitCalibrator(config)
+    calibrator.observe("q", 1.0, 100_000.0)
+    assert calibrator.factor("q") == 4.0
+    assert calibrator.calibrate("q", 0.0) == 0.0
+
+
+def test_invalid_observations_are_ignored():
+    """Negative or non-finite waits are not learnt from."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=1))
+    calibrator.observe("q", -5.0, 100.0)
+    calibrator.observe("q", 100.0, float("nan"))
+    calibrator.observe("q", float("inf"), 100.0)
+    assert calibrator.observations == 0 and calibrator.factor("q") == 1.0
+
+
+def test_fit_factor_minimises_the_median_relative_error():
+    """No factor on a fine grid has a smaller median |c x projected - actual| / actual."""
+    rng = np.random.default_rng(3)
+    ratios = rng.lognormal(0.3, 0.6, size=101)
+    best = fit_factor(ratios)
+    error = float(np.median(np.abs(best / ratios - 1.0)))
+    grid = np.exp(np.linspace(-2, 3, 4001))
+    errors = np.median(np.abs(grid[:, None] / ratios[None, :] - 1.0), axis=1)
+    assert error <= errors.min() + 1e-12
+
+
+def test_prior_pseudo_observations_pull_towards_the_prior():
+    """prior_weight pseudo-observations at prior_factor shrink a small history's factor."""
+    plain = WaitCalibrator(CalibrationConfig(min_samples=5, statistic="median"))
+    shrunk = WaitCalibrator(
+        CalibrationConfig(min_samples=5, statistic="median", prior_factor=1.0, prior_weight=10)
+    )
+    for _ in range(5):
+        plain.observe("q", 1000.0, 3000.0)
+        shrunk.observe("q", 1000.0, 3000.0)
+    assert plain.factor("q") == pytest.approx(3.0)
+    assert shrunk.factor("q") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"window": 0},
+        {"min_samples": 0},
+        {"statistic": "mean"},
+        {"floor_s": 0.0},
+        {"min_factor": 2.0, "max_factor": 1.0},
+        {"prior_factor": 0.0},
+        {"prior_weight": -1},
+    ],
+)
+def test_bad_config_is_refused(kwargs):
+    """Settings that cannot work raise ValueError."""
+    with pytest.raises(ValueError):
+        CalibrationConfig(**kwargs)

@@ -1,0 +1,124 @@
+"""First ETAs calibrated from experience in the simulator: online, from the past only."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from simkit import DATA, clusters, tjob
+
+from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
+from cpn.core.presets import preset_policy
+from cpn.sim import eta_accuracy
+from cpn.sim.cli import main
+from cpn.sim.estimators import NoisyEstimator, OracleEstimator
+from cpn.sim.world import SimResult, World, truth_for
+
+PERIOD_S = 3000.0
+
+
+def overtaking_trace(periods: int) -> list:
+    """Each period on one 2-GPU node: A runs 1000 s; B (1200 s) waits for it; C (400 s)
+    arrives the instant A ends and, shorter, starts first under SJF. B never sees C coming:
+    its projected wait is 900 s, its actual wait 1300 s, every period."""
+    out = []
+    for k in range(periods):
+        t = k * PERIOD_S
+        out += [
+            tjob(f"a{k}", t, gpus=2, duration_s=1000),
+            tjob(f"b{k}", t + 100, gpus=2, duration_s=1200),
+            tjob(f"c{k}", t + 1000, gpus=2, duration_s=400),
+        ]
+    return out
+
+
+def run(trace: list, policy: str = "sjf", noisy: float | None = None, **kw: object) -> SimResult:
+    cl = clusters({"a": [(1, "V100", 2)]})
+    truth = truth_for(trace, cl.reference_gpu)
+    estimator = (
+        OracleEstimator(truth) if noisy is None else NoisyEstimator(truth, sigma=noisy, seed=5)
+    )
+    world = World(trace, cl, preset_policy(policy), estimator, truth=truth, eta=True, **kw)
+    return world.run()
+
+
+def test_systematic_overtaking_is_learnt_and_corrected():
+    """B is always told 900 s and waits 1300 s: once min_samples B's have started, the
+    calibrated ETA is right while the raw one stays 400 s early."""
+    result = run(overtaking_trace(12), eta_calibration=CalibrationConfig(min_samples=3))
+    records = {r.job_id: r for r in result.records}
+    for k in range(12):
+        b = records[f"b{k}"]
+        assert b.eta_start_s is not None and b.first_start_s is not None
+        assert b.eta_start_s - b.eta_at_s == pytest.approx(900.0)
+        assert b.first_start_s - b.eta_start_s == pytest.approx(400.0)
+        if k < 3:  # fewer than 3 B's had started when it was projected: raw projection
+            assert b.eta_cal_start_s == b.eta_start_s
+        else:
+            assert b.eta_cal_start_s == pytest.approx(b.first_start_s)
+    s = eta_accuracy.summary(result)
+    assert s["median_rel_error"] == pytest.approx(400 / 1300, abs=1e-3)
+    assert s["calibrated"]["median_rel_error"] == 0.0
+    assert s["calibrated"]["factor_median"] == pytest.approx(1300 / 900, abs=1e-3)
+    assert s["calibrated"]["aim_met"] is True and s["aim_met"] is False
+
+
+def test_recorded_calibration_uses_only_jobs_started_before_the_projection():
+    """Each calibrated first ETA equals a fresh calibrator fed with exactly the projected jobs
+    that had started by the projection instant (and so does the offline replay)."""
+    trace = [
+        tjob(f"j{i}", 37.0 * i, gpus=1 + i % 2, duration_s=300 + 97 * (i % 7)) for i in range(60)
+    ]
+    config = CalibrationConfig(min_samples=4, window=10)
+    result = run(trace, policy="default", noisy=0.7, eta_calibration=config)
+    projected = [r for r in result.records if r.eta_start_s is not None]
+    assert len(projected) > 20
+    scaled = 0
+    for record in projected:
+        assert record.eta_at_s is not None and record.eta_cal_start_s is not None
+        past = sorted(
+            (
+                r
+                for r in projected
+                if r.first_start_s is not None and r.first_start_s <= record.eta_at_s
+            ),
+            key=lambda r: r.first_start_s or 0.0,
+        )
+        calibrator = WaitCalibrator(config)
+        for r in past:
+            assert r.eta_at_s is not None and r.eta_start_s is not None and r.first_start_s
+            calibrator.observe("", r.eta_start_s - r.eta_at_s, r.first_start_s - r.eta_at_s)
+        expected = record.eta_at_s + calibrator.calibrate("", record.eta_start_s - record.eta_at_s)
+        assert record.eta_cal_start_s == pytest.approx(expected)
+        scaled += calibrator.factor("") != 1.0
+    assert scaled > 5
+    replayed = eta_accuracy.replay_calibration(result.records, config)
+    for record in projected:
+        assert replayed[record.job_id][0] == pytest.approx(record.eta_cal_start_s)
+
+
+def test_summary_replays_another_calibration_when_asked():
+    """summary(calibration=...) recomputes the calibrated figures under that config."""
+    result = run(overtaking_trace(12), eta_calibration=CalibrationConfig(min_samples=3))
+    never = CalibrationConfig(min_samples=1000)
+    s = eta_accuracy.summary(result, calibration=never)
+    assert s["calibrated"]["median_rel_error"] == s["median_rel_error"]
+    assert s["calibrated"]["scaled_share"] == 0.0
+
+
+def test_cli_reports_raw_and_calibrated_errors(tmp_path, capsys):
+    """--eta prints and reports the calibrated columns; --eta-cal-* flags change them and
+    the jobs CSV carries the calibrated ETA."""
+    args = ["--trace", str(DATA / "tiny.csv"), "--clusters", str(DATA / "small-clusters.yaml")]
+    assert main([*args, "--policy", "sjf", "--eta", "--report", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated: median err / wait" in out
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "calibrated: median err / wait" in text and "cpn.core.eta_calibration" in text
+    header = (tmp_path / "a" / "jobs-sjf.csv").read_text().splitlines()[0]
+    assert "eta_cal_start_s" in header.split(",")
+    flags = ["--eta-cal-min", "1", "--eta-cal-window", "5", "--eta-cal-stat", "median"]
+    assert main([*args, "--policy", "sjf", "--eta", "--json", *flags]) == 0
+    payload = capsys.readouterr().out
+    assert re.search(r'"calibrated": \{"median_rel_error"', payload)
+    assert main([*args, "--policy", "sjf", "--eta", "--eta-cal-min", "0"]) == 2
