@@ -29,9 +29,22 @@ Variants (``a`` is the compute share of the speed-up
   the GPUs' link bandwidths (catalog ``link_gbs``: K80 8, P100 16, V100 SXM2 150 GB/s);
 - ``exchange_same_time``: the same, the anchors' exchange time taken as is (no link
   ratio); ``exchange_none``: one-GPU prior x GPUs (ideal scaling);
-- ``floor_per_model`` / ``floor_per_model_gpus``: the prior ``fitted_a`` times the
-  best constant correction per model (per model and GPU count) **fitted on the
-  held-out rows** (not a method: a bound);
+- ``time_fit_between``: the current prior (schema 4): where the held-out type lies
+  between the model's measured types (compute, bandwidth and link each within their
+  range), a per-model fit of seconds per sample and worker ``t0/b + c/F + a/B + w/(B b)
+  + x r/(L b)`` (NNLS on the training types' rows, :meth:`predictor.model.Priors._physics`);
+  elsewhere ``exchange_over_link``. On Gavel's table only P100 lies between;
+- ``time_fit_everywhere``: the same fit also where it extrapolates (K80, V100);
+  ``time_fit_no_weights_term`` without ``w``, ``time_fit_no_latency`` without ``t0``
+  and ``w``, ``time_fit_blended_speed`` with one GPU term ``G = F^-a B^-(1-a)`` (the
+  fitted ``a``) instead of ``c/F + a/B``; ``time_fit_one_gpu_plus_exchange``: the
+  fit's one-GPU time plus the ``exchange_over_link`` prior's exchange time;
+- ``exponent_per_job_shrunk``: the ``exchange_over_link`` prior times the nearest
+  anchor's speed-up to the power ``g - 1``, ``g`` the job's one-GPU speed-up between
+  the two training types over the blended one, shrunk to ``1 + 0.25 (g - 1)``;
+- ``floor_per_model`` / ``floor_per_model_gpus`` / ``floor_per_model_batch``: the prior
+  ``fitted_a`` times the best constant correction per model (per model and GPU count,
+  per model and batch size) **fitted on the held-out rows** (not a method: a bound);
 - ``floor_true_one_gpu_exchange``: ``exchange_over_link`` given the held-out type's
   **measured** one-GPU throughput (not a method: it shows how much of the error is the
   one-GPU speed-up and how much the multi-GPU scaling).
@@ -174,6 +187,8 @@ def run(holdout: str, rows: Sequence[Measurement], specs: Specs) -> dict[str, fl
             base + float(np.mean(scale)) if base is not None and scale else preds["fitted_a"][-1]
         )
     _exchange_variants(train, test, specs, preds)
+    _time_fit_variants(train, test, specs, preds)
+    _exponent_per_job(train, test, specs, preds)
     actual = np.log([m.samples_per_s for m in test])
     out: dict[str, float] = {"n": float(len(test)), "fitted_alpha": round(global_a, 3)}
     for name, values in preds.items():
@@ -185,6 +200,7 @@ def run(holdout: str, rows: Sequence[Measurement], specs: Specs) -> dict[str, fl
     for name, grp in (
         ("floor_per_model", lambda m: m.model),
         ("floor_per_model_gpus", lambda m: (m.model, m.gpus)),
+        ("floor_per_model_batch", lambda m: (m.model, m.batch_size)),
     ):
         resid: dict[object, list[float]] = defaultdict(list)
         for m, p, y in zip(test, base_p, actual, strict=True):
@@ -202,7 +218,7 @@ def _exchange_variants(
     preds: dict[str, list[float | None]],
 ) -> None:
     """Log predictions of the exchange-time variants (see the module doc) into ``preds``."""
-    priors = Priors(train, specs)
+    priors = Priors(train, specs, physics=False)
     truth = {_key(m): m.samples_per_s for m in test}
     measured: dict[Key, dict[str, float]] = defaultdict(dict)
     for m in train:
@@ -238,6 +254,108 @@ def _exchange_variants(
             else:
                 cost = exchange(m, power)
                 preds[name].append(None if cost is None else math.log(m.gpus / (1.0 / one + cost)))
+
+
+#: columns of the per-model time fit (seconds per sample and worker), see
+#: :meth:`predictor.model.Priors._physics`; "G" is the blended speed F^-a B^-(1-a)
+TIME_FITS: dict[str, tuple[str, ...]] = {
+    "time_fit_everywhere": ("t0", "c", "a", "w", "x"),
+    "time_fit_no_weights_term": ("t0", "c", "a", "x"),
+    "time_fit_no_latency": ("c", "a", "x"),
+    "time_fit_blended_speed": ("t0", "G", "w", "x"),
+}
+
+
+def _time_row(m: Measurement, specs: Specs, columns: Sequence[str], alpha: float) -> list[float]:
+    gpu = specs.gpu(m.gpu_type)
+    b, n = float(m.batch_size), m.gpus
+    f, bw, link = gpu.fp32_tflops, gpu.bandwidth_gbs / 1000.0, gpu.link_gbs / 100.0
+    values = {
+        "t0": 1.0 / b,
+        "c": 1.0 / f,
+        "a": 1.0 / bw,
+        "w": 1.0 / (bw * b),
+        "x": 2.0 * (n - 1) / n / (link * b),
+        "G": f**-alpha * bw ** (alpha - 1.0),
+    }
+    return [values[c] for c in columns]
+
+
+def _time_fit_variants(
+    train: Sequence[Measurement],
+    test: Sequence[Measurement],
+    specs: Specs,
+    preds: dict[str, list[float | None]],
+) -> None:
+    """The per-model time fit: kept (between the anchors only) and the variants tried."""
+    from scipy.optimize import nnls
+
+    kept = Priors(train, specs)
+    blended = Priors(train, specs, physics=False)
+    by_model: dict[str, list[Measurement]] = defaultdict(list)
+    for m in train:
+        by_model[m.model].append(m)
+    coefs: dict[tuple[str, str], tuple[tuple[str, ...], np.ndarray]] = {}
+    for name, full in TIME_FITS.items():
+        for model, rows in by_model.items():
+            columns = full
+            if len({m.batch_size for m in rows}) < 2:
+                columns = tuple(c for c in full if c not in ("t0", "w"))
+            if not any(m.gpus > 1 for m in rows):
+                columns = tuple(c for c in columns if c != "x")
+            A = np.asarray([_time_row(m, specs, columns, kept.alpha) for m in rows])
+            y = np.asarray([m.gpus / m.samples_per_s for m in rows])
+            coefs[(name, model)] = (columns, nnls(A / y[:, None], np.ones(len(rows)))[0])
+    for m in test:
+        got = kept.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        preds["time_fit_between"].append(math.log(got[0]) if got else None)
+        for name in TIME_FITS:
+            columns, coef = coefs[(name, m.model)]
+            per_sample_s = float(np.dot(_time_row(m, specs, columns, kept.alpha), coef))
+            preds[name].append(math.log(m.gpus / per_sample_s) if per_sample_s > 0 else None)
+        # one-GPU time fit everywhere, plus the anchors' exchange x link ratio (kept prior's)
+        one = coefs[("time_fit_everywhere", m.model)]
+        one_m = Measurement(
+            model=m.model, gpu_type=m.gpu_type, batch_size=m.batch_size, gpus=1, samples_per_s=1
+        )
+        one_s = float(np.dot(_time_row(one_m, specs, one[0], kept.alpha), one[1]))
+        base = blended.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        single = blended.anchor(m.model, m.gpu_type, m.batch_size, 1, m.precision)
+        if base is None or single is None or one_s <= 0:
+            preds["time_fit_one_gpu_plus_exchange"].append(None)
+        else:  # the blended prior's exchange time per sample, on the fitted one-GPU time
+            exchange_s = max(m.gpus / base[0] - 1.0 / single[0], 0.0)
+            preds["time_fit_one_gpu_plus_exchange"].append(math.log(m.gpus / (one_s + exchange_s)))
+
+
+def _exponent_per_job(
+    train: Sequence[Measurement],
+    test: Sequence[Measurement],
+    specs: Specs,
+    preds: dict[str, list[float | None]],
+    shrink: float = 0.25,
+) -> None:
+    """Speed-up^g, g from the same job's one-GPU speed-up between the two training
+    types (log observed / log blended), shrunk toward 1 (``1 + shrink (g - 1)``)."""
+    blended = Priors(train, specs, physics=False)
+    types = sorted({m.gpu_type for m in train})
+    one: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for m in train:
+        if m.gpus == 1:
+            one[(m.model, m.batch_size)][m.gpu_type] = m.samples_per_s
+    for m in test:
+        got = blended.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
+        if got is None:
+            preds["exponent_per_job_shrunk"].append(None)
+            continue
+        pair = one.get((m.model, m.batch_size), {})
+        g = 1.0
+        if len(types) == 2 and len(pair) == 2:
+            a, b = types
+            spec = math.log(blend_ratio(specs.gpu(a), specs.gpu(b), "fp32", blended.alpha))
+            if abs(spec) > 0.05:
+                g = 1.0 + shrink * (math.log(pair[b] / pair[a]) / spec - 1.0)
+        preds["exponent_per_job_shrunk"].append(math.log(got[0]) + (g - 1.0) * got[1])
 
 
 def main() -> int:
