@@ -141,3 +141,65 @@ def test_bad_config_is_refused(kwargs):
     """Settings that cannot work raise ValueError."""
     with pytest.raises(ValueError):
         CalibrationConfig(**kwargs)
+
+
+def test_a_waiting_job_whose_eta_slipped_raises_the_factor_before_it_starts():
+    """Jobs told 1000 s whose re-projections now say 3000 s teach x3 while still waiting;
+    with count_waiting off, or from started jobs only, they teach nothing yet."""
+    for count_waiting, expected in ((True, 3.0), (False, 1.0)):
+        config = CalibrationConfig(min_samples=5, count_waiting=count_waiting)
+        calibrator = WaitCalibrator(config)
+        for i in range(5):
+            calibrator.projected(f"j{i}", "q", 0.0, 1000.0)
+        assert calibrator.factor("q", 0.0) == 1.0  # nothing slipped yet
+        for i in range(5):
+            calibrator.projected(f"j{i}", "q", 500.0, 3000.0)
+        assert calibrator.factor("q", 500.0) == pytest.approx(expected)
+        assert calibrator.factor("q") == 1.0  # started jobs only: none started
+
+
+def test_a_waiting_job_counts_its_wait_so_far_once_past_its_eta():
+    """A job still waiting after its projected start has waited at least until now."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=1))
+    calibrator.projected("j", "q", 0.0, 1000.0)
+    assert calibrator.factor("q", 4000.0) == pytest.approx(4.0)
+    calibrator.started("j", 2000.0)
+    assert calibrator.factor("q", 4000.0) == pytest.approx(2.0)
+    assert calibrator.factor("q") == pytest.approx(2.0)
+
+
+def test_jobs_first_projected_now_do_not_count():
+    """A job projected for the first time at this instant has slipped by nothing: left out."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=2))
+    calibrator.projected("old", "q", 0.0, 100.0)
+    calibrator.started("old", 400.0)
+    calibrator.projected("new", "q", 50.0, 900.0)
+    assert calibrator.ratios("q", 50.0) == [pytest.approx(4.0)]
+    assert calibrator.factor("q", 50.0) == 1.0  # one ratio: below min_samples
+    assert len(calibrator.ratios("q", 60.0)) == 2
+
+
+def test_only_the_first_start_and_the_first_projection_count():
+    """Later starts (after a preemption) and re-projections after the start change nothing."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=1))
+    calibrator.projected("j", "q", 0.0, 1000.0)
+    calibrator.started("j", 1500.0)
+    calibrator.started("j", 9000.0)
+    calibrator.projected("j", "q", 10_000.0, 20_000.0)
+    assert calibrator.factor("q", 10_000.0) == pytest.approx(1.5)
+    assert calibrator.observations == 1
+
+
+def test_forgotten_and_evicted_jobs_stop_counting():
+    """forget() drops a job; the window keeps only the most recently first-projected jobs."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=1, window=3))
+    calibrator.projected("slow", "q", 0.0, 100.0)
+    calibrator.started("slow", 800.0)
+    assert "slow" in calibrator
+    calibrator.forget("slow")
+    assert "slow" not in calibrator and calibrator.factor("q") == 1.0
+    for i in range(5):
+        calibrator.projected(f"j{i}", "q", float(i), float(i) + 100.0)
+        calibrator.started(f"j{i}", float(i) + 100.0 * (i + 1))
+    assert [k for k in ("j0", "j1", "j2", "j3", "j4") if k in calibrator] == ["j2", "j3", "j4"]
+    assert sorted(calibrator.ratios("q", None)) == pytest.approx([3.0, 4.0, 5.0])

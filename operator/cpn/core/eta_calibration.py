@@ -4,25 +4,38 @@
 prediction came true and nothing new arrived". Jobs that arrive later and rank
 higher overtake it, so on a busy queue the real wait tends to be longer than the
 projected one. :class:`WaitCalibrator` learns that drift the way a production
-estimator would, online and from the past only: each time a job that had been
-given a first ETA starts, ``observe(queue, projected_wait_s, actual_wait_s)``
-records the ratio actual / projected; ``calibrate(queue, projected_wait_s)``
-scales a new projection by a robust statistic of the queue's most recent ratios.
+estimator would, online and from the past only. It follows the jobs of each
+queue from their first projection: the wait projected then, the start later
+projections give them (:meth:`~WaitCalibrator.projected`), and their actual
+start (:meth:`~WaitCalibrator.started`). Each job's ratio is
+
+- once started: actual wait / first-projected wait;
+- while waiting (``count_waiting``, on by default): its wait so far as the
+  latest projection sees it, (max(latest projected start, now) - first
+  projection instant) / first-projected wait: how far its ETA has slipped
+  already (a lower bound of its final ratio, known before it starts; this is
+  what lets a burst of arrivals that overtake one another teach the calibrator
+  while it is still going on).
+
+:meth:`~WaitCalibrator.calibrate` scales a projected wait by a robust statistic
+of the ratios of the queue's ``window`` most recently first-projected jobs (jobs
+first projected at this very instant left out: they have slipped by nothing yet):
 
 - ``statistic="fit"`` (default) takes the factor that minimises the median of
-  ``|factor x projected - actual| / actual`` over the recent observations (the
-  figure issue 6 measures ETAs by); ``"median"`` takes the median ratio.
-- With fewer than ``min_samples`` observations of its own a queue borrows the
-  pooled observations of all queues; with fewer than that too, the projection is
-  returned unchanged (factor ``prior_factor``, 1 by default).
+  ``|factor x projected - actual| / actual`` over them (the figure issue 6
+  measures ETAs by, :func:`fit_factor`); ``"median"`` takes the median ratio.
+- With fewer than ``min_samples`` jobs of its own a queue borrows the pooled
+  jobs of all queues; with fewer than that too, the projection is returned
+  unchanged (factor ``prior_factor``, 1 by default).
 - ``prior_weight`` pseudo-observations at ``prior_factor`` join every history
   (shrinkage towards the prior; 0 by default: none).
-- Projected waits under ``floor_s`` count as ``floor_s`` (the ratio of a wait
-  projected at zero says nothing), and the factor is clamped to
-  [``min_factor``, ``max_factor``].
+- Waits under ``floor_s`` count as ``floor_s`` (the ratio of a wait projected at
+  zero says nothing), and the factor is clamped to [``min_factor``, ``max_factor``].
 
-Pure and deterministic: no clock, no I/O. Not thread-safe (the operator calls it
-from its event loop only).
+:meth:`~WaitCalibrator.observe` records a started job directly (projected and
+actual wait, no key). Pure and deterministic: time comes from the caller
+(``now_s``); no clock, no I/O. Not thread-safe (the operator calls it from its
+event loop only).
 """
 
 from __future__ import annotations
@@ -44,10 +57,11 @@ Statistic = Literal["fit", "median"]
 class CalibrationConfig:
     """How a :class:`WaitCalibrator` learns (see the module docstring)."""
 
-    window: int = 200  # most recent observations kept per queue (and pooled)
+    window: int = 200  # most recently first-projected jobs used, per queue (and pooled)
     min_samples: int = 20  # fewer than this: borrow the pool, then the prior
     statistic: Statistic = "fit"
-    floor_s: float = 60.0  # projected waits below this count as this
+    count_waiting: bool = True  # waiting jobs count with their slip so far
+    floor_s: float = 60.0  # waits below this count as this
     min_factor: float = 0.5
     max_factor: float = 4.0
     prior_factor: float = 1.0
@@ -68,17 +82,28 @@ def fit_factor(ratios: npt.NDArray[np.float64]) -> float:
     """The factor c minimising the median of ``|c / r - 1|`` over ratios r = actual / projected.
 
     ``|c x projected - actual| / actual = |c x - 1|`` with x = 1 / r. The median
-    error is at most e when k = n // 2 + 1 of the x lie in [(1 - e) / c, (1 + e) / c];
+    error is at most e when k = ceil(n / 2) of the x lie in [(1 - e) / c, (1 + e) / c];
     for k consecutive sorted x from x_a to x_b the smallest such e is
     (x_b - x_a) / (x_a + x_b), at c = 2 / (x_a + x_b). The best window wins
-    (exact for an odd count; the upper median for an even one).
+    (the median being the nearest-rank one, as in the simulator's ETA figures).
     """
     x = np.sort(1.0 / ratios.astype(np.float64))
-    k = len(x) // 2 + 1
+    k = (len(x) + 1) // 2
     low, high = x[: len(x) - k + 1], x[k - 1 :]
     spread = (high - low) / (high + low)
     best = int(np.argmin(spread))
     return float(2.0 / (low[best] + high[best]))
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """One job followed from its first projection."""
+
+    queue: str
+    at_s: float  # instant of its first projection
+    wait_s: float  # the wait projected then
+    latest_start_s: float  # the start its latest projection gave
+    start_s: float | None = None  # its actual first start
 
 
 class WaitCalibrator:
@@ -86,59 +111,144 @@ class WaitCalibrator:
 
     def __init__(self, config: CalibrationConfig | None = None) -> None:
         self.config = config or CalibrationConfig()
-        self._ratios: dict[str, deque[float]] = {}
-        self._factors: dict[str, float | None] = {}  # cache, dropped on observe
-        self.observations = 0
+        self._jobs: dict[str, _Tracked] = {}
+        self._order: dict[str, deque[str]] = {}  # queue (and ALL_QUEUES) -> keys, oldest first
+        self._anonymous = 0
+        self._version = 0  # bumped on every change (the factor cache's key)
+        self._cache: dict[tuple[str, float | None], tuple[int, float | None]] = {}
+        self.observations = 0  # started jobs seen
+
+    # ------------------------------------------------------------ learning
+
+    def projected(self, key: str, queue: str, now_s: float, start_s: float) -> None:
+        """A projection made at ``now_s`` gives waiting job ``key`` of ``queue`` this start.
+
+        The first call for a key fixes its first projection; later ones its latest.
+        """
+        if not (np.isfinite(now_s) and np.isfinite(start_s)):
+            return
+        tracked = self._jobs.get(key)
+        if tracked is None:
+            self._track(key, _Tracked(queue, now_s, max(start_s - now_s, 0.0), max(start_s, now_s)))
+        elif tracked.start_s is None:
+            tracked.latest_start_s = start_s
+            self._version += 1
+
+    def started(self, key: str, now_s: float) -> None:
+        """Job ``key`` started at ``now_s`` (only its first start counts)."""
+        tracked = self._jobs.get(key)
+        if tracked is None or tracked.start_s is not None or not np.isfinite(now_s):
+            return
+        tracked.start_s = max(now_s, tracked.at_s)
+        self.observations += 1
+        self._version += 1
+
+    def forget(self, key: str) -> None:
+        """Job ``key`` left without starting (deleted): it no longer counts."""
+        tracked = self._jobs.pop(key, None)
+        if tracked is None:
+            return
+        for name in (tracked.queue, ALL_QUEUES):
+            order = self._order.get(name)
+            if order is not None and key in order:
+                order.remove(key)
+        self._version += 1
 
     def observe(self, queue: str, projected_wait_s: float, actual_wait_s: float) -> None:
         """A job of ``queue`` projected to wait ``projected_wait_s`` waited ``actual_wait_s``.
 
-        Both are measured from the moment the projection was made. Negative or
-        non-finite values are ignored.
+        Both measured from the projection. Negative or non-finite values are ignored.
         """
         if not (np.isfinite(projected_wait_s) and np.isfinite(actual_wait_s)):
             return
         if projected_wait_s < 0 or actual_wait_s < 0:
             return
-        ratio = max(actual_wait_s, self.config.floor_s) / max(projected_wait_s, self.config.floor_s)
-        for key in (queue, ALL_QUEUES):
-            history = self._ratios.get(key)
-            if history is None:
-                history = self._ratios[key] = deque(maxlen=self.config.window)
-            history.append(ratio)
-            self._factors.pop(key, None)
+        self._anonymous += 1
+        at = float(-self._anonymous)  # before any instant a caller uses: never "just projected"
+        tracked = _Tracked(queue, at, projected_wait_s, at + projected_wait_s, at + actual_wait_s)
+        self._track(f"\x00observed-{self._anonymous}", tracked)
         self.observations += 1
 
-    def samples(self, queue: str) -> int:
-        """Observations kept for ``queue``."""
-        return len(self._ratios.get(queue, ()))
+    def _track(self, key: str, tracked: _Tracked) -> None:
+        self._jobs[key] = tracked
+        window = self.config.window
+        for name in (tracked.queue, ALL_QUEUES):
+            order = self._order.get(name)
+            if order is None:
+                order = self._order[name] = deque()
+            order.append(key)
+            if len(order) > window:
+                old = order.popleft()
+                self._drop_if_unused(old)
+        self._version += 1
 
-    def _factor_of(self, key: str) -> float | None:
-        if key in self._factors:
-            return self._factors[key]
-        history = self._ratios.get(key, ())
+    def _drop_if_unused(self, key: str) -> None:
+        tracked = self._jobs.get(key)
+        if tracked is None:
+            return
+        for name in (tracked.queue, ALL_QUEUES):
+            order = self._order.get(name)
+            if order is not None and key in order:
+                return
+        del self._jobs[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Whether job ``key`` is followed (first projected and still in a window)."""
+        return key in self._jobs
+
+    # ------------------------------------------------------------ answers
+
+    def samples(self, queue: str) -> int:
+        """Jobs of ``queue`` followed now (at most ``window``)."""
+        return len(self._order.get(queue, ()))
+
+    def ratios(self, queue: str, now_s: float | None) -> list[float]:
+        """The ratios the factor of ``queue`` (or ALL_QUEUES) is taken from at ``now_s``
+        (None: started jobs only)."""
+        floor = self.config.floor_s
+        out = []
+        for key in self._order.get(queue, ()):
+            tracked = self._jobs[key]
+            if tracked.start_s is not None:
+                waited = tracked.start_s - tracked.at_s
+            elif now_s is None or not self.config.count_waiting or tracked.at_s >= now_s:
+                continue
+            else:
+                waited = max(tracked.latest_start_s, now_s) - tracked.at_s
+            out.append(max(waited, floor) / max(tracked.wait_s, floor))
+        return out
+
+    def _factor_of(self, name: str, now_s: float | None) -> float | None:
+        cached = self._cache.get((name, now_s))
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
         config = self.config
+        values = self.ratios(name, now_s)
         value: float | None = None
-        if len(history) >= config.min_samples:
-            ratios = np.fromiter(history, dtype=np.float64, count=len(history))
+        if len(values) >= config.min_samples:
+            ratios = np.asarray(values, dtype=np.float64)
             if config.prior_weight:
                 ratios = np.concatenate([ratios, np.full(config.prior_weight, config.prior_factor)])
             median = config.statistic == "median"
             value = float(np.median(ratios)) if median else fit_factor(ratios)
             value = min(max(value, config.min_factor), config.max_factor)
-        self._factors[key] = value
+        if len(self._cache) > 64:
+            self._cache.clear()
+        self._cache[(name, now_s)] = (self._version, value)
         return value
 
-    def factor(self, queue: str) -> float:
-        """What ``queue``'s projected waits are multiplied by now."""
-        for key in (queue, ALL_QUEUES):
-            value = self._factor_of(key)
+    def factor(self, queue: str, now_s: float | None = None) -> float:
+        """What ``queue``'s projected waits are multiplied by at ``now_s``
+        (None: from started jobs only, waiting ones left out)."""
+        for name in (queue, ALL_QUEUES):
+            value = self._factor_of(name, now_s)
             if value is not None:
                 return value
         return self.config.prior_factor
 
-    def calibrate(self, queue: str, projected_wait_s: float) -> float:
-        """The wait to state for a job of ``queue`` projected to wait ``projected_wait_s``."""
+    def calibrate(self, queue: str, projected_wait_s: float, now_s: float | None = None) -> float:
+        """The wait to state at ``now_s`` for a job of ``queue`` projected to wait this long
+        (``now_s`` None: from started jobs only)."""
         if projected_wait_s <= 0:
             return max(projected_wait_s, 0.0)
-        return projected_wait_s * self.factor(queue)
+        return projected_wait_s * self.factor(queue, now_s)

@@ -5,8 +5,7 @@
     cpn simulate --trace T.csv --clusters C.yaml --policy NAME[,NAME...]|FILE.yaml
                  [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
-                 [--eta [--eta-max-cycles N] [--eta-every N] [--eta-cal-window N]
-                        [--eta-cal-min N] [--eta-cal-stat fit|median]]
+                 [--eta [--eta-max-cycles N] [--eta-every N]]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
@@ -21,7 +20,7 @@ writes the same plus ``report.md`` (what ran, the table, the plots, the command)
 ``--eta`` records every job's first ETA (the operator's projection, costly: one
 projection per arrival instant) and adds its accuracy (``eta`` in each policy's
 metrics, a table and a histogram in the report), raw and calibrated from
-experience (``--eta-cal-*``: :class:`cpn.core.eta_calibration.CalibrationConfig`).
+experience (:mod:`cpn.core.eta_calibration`, the operator's calibration).
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -87,25 +86,6 @@ def _main_parser() -> argparse.ArgumentParser:
         default=None,
         help="projections expect the last H hours of submissions to recur (ten times over)",
     )
-    p.add_argument(
-        "--eta-cal-window",
-        type=int,
-        default=None,
-        help="ETA calibration: recent started jobs kept (default 200)",
-    )
-    p.add_argument(
-        "--eta-cal-min",
-        type=int,
-        default=None,
-        help="ETA calibration: started jobs needed before scaling (default 20)",
-    )
-    p.add_argument(
-        "--eta-cal-stat",
-        choices=("fit", "median"),
-        default=None,
-        help="ETA calibration: factor minimising the median relative error (fit, default) "
-        "or the median ratio actual / projected wait",
-    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -118,21 +98,6 @@ def _progress(enabled: bool, total: int, desc: str) -> tuple[Callable[[int], Non
 
     bar = tqdm(total=total, desc=desc, unit="job", file=sys.stderr, leave=False)
     return bar.update, bar
-
-
-def _calibration(args: argparse.Namespace) -> Any:
-    """The ETA calibration the flags ask for (None: the simulator's default, recorded online)."""
-    given = {
-        "window": args.eta_cal_window,
-        "min_samples": args.eta_cal_min,
-        "statistic": args.eta_cal_stat,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    if not given:
-        return None
-    from cpn.core.eta_calibration import CalibrationConfig
-
-    return CalibrationConfig(**given)
 
 
 def _simulate(argv: Sequence[str]) -> int:
@@ -154,11 +119,6 @@ def _simulate(argv: Sequence[str]) -> int:
         print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
         return 2
     max_cycles = args.eta_max_cycles or DEFAULT_ETA_MAX_CYCLES
-    try:
-        calibration = _calibration(args)
-    except ValueError as exc:
-        print(f"cpn simulate: {exc}", file=sys.stderr)
-        return 2
     if max_cycles < 1 or args.eta_every < 1:
         print("cpn simulate: --eta-max-cycles and --eta-every must be at least 1", file=sys.stderr)
         return 2
@@ -193,12 +153,6 @@ def _simulate(argv: Sequence[str]) -> int:
     if args.eta:
         from cpn.sim import eta_accuracy
 
-        if calibration is not None:  # the records' calibrated ETAs replayed under the flags
-            for result in results.values():
-                replayed = eta_accuracy.replay_calibration(result.records, calibration)
-                for record in result.records:
-                    if record.job_id in replayed:
-                        record.eta_cal_start_s = replayed[record.job_id][0]
         etas = {name: eta_accuracy.summary(result) for name, result in results.items()}
         for name, summary in etas.items():
             rows[name]["eta"] = summary

@@ -18,17 +18,16 @@ issue 6's bar):
 - ``no_eta``: jobs the projection did not reach within its cycle bound; they are
   left out of the error figures (``no_eta_share`` says how many);
 - ``calls``, ``eta_wall_s``, ``ms_per_call``: the cost of the projections;
-- ``calibrated``: the same error figures for the calibrated first ETAs (the
-  projected wait scaled from experience by
-  :class:`~cpn.core.eta_calibration.WaitCalibrator`, as the operator states it),
-  with ``factor_median`` (the median factor applied) and ``scaled_share``
-  (jobs whose factor was not 1: enough jobs had started before their ETA).
-
-The calibrated ETAs are those the run recorded (``JobRecord.eta_cal_start_s``)
-or, given a ``calibration`` config, :func:`replay_calibration` of the run under
-it: observations at each projected job's first start, calibrations at each
-projection instant, starts at an instant counted before projections at it (the
-simulator's order): only the past is used. Simulated jobs share one queue.
+- ``calibrated``: the same error figures for the calibrated first ETAs the run
+  recorded (``JobRecord.eta_cal_start_s``: the projected wait scaled from
+  experience by :class:`~cpn.core.eta_calibration.WaitCalibrator`, as the
+  operator states it; it learns from the jobs that started and from how far the
+  ETAs of those still waiting slipped), with ``factor_median`` (the median
+  factor applied) and ``scaled_share`` (jobs whose factor was not 1);
+- ``calibrated_started_only``: the same for a calibrator that learns only from
+  jobs that had started (:func:`replay_calibration`, replayed from the records:
+  each projected job's first start is observed before the projections made at
+  that instant or later). Simulated jobs share one queue.
 """
 
 from __future__ import annotations
@@ -64,6 +63,8 @@ class EtaError:
     overtaken: int  # jobs submitted after ``eta_at_s`` that started before this one
     cal_start_s: float | None = None  # calibrated ETA start (None: not recorded)
     factor: float | None = None  # the calibration factor applied (None: not known)
+    started_only_s: float | None = None  # calibrated from started jobs only (replayed)
+    started_only_factor: float | None = None
 
     @property
     def wait_s(self) -> float:
@@ -81,23 +82,23 @@ class EtaError:
         wait = self.wait_s
         return abs(self.error_s) / wait if wait > 0 else float("inf")
 
-    @property
-    def cal_rel_error(self) -> float | None:
-        """|calibrated ETA start - actual start| as a share of the actual wait."""
-        if self.cal_start_s is None:
+    def rel_error_of(self, eta_start_s: float | None) -> float | None:
+        """|``eta_start_s`` - actual start| as a share of the actual wait (None: no ETA)."""
+        if eta_start_s is None:
             return None
         wait = self.wait_s
-        return abs(self.cal_start_s - self.start_s) / wait if wait > 0 else float("inf")
+        return abs(eta_start_s - self.start_s) / wait if wait > 0 else float("inf")
 
 
 def replay_calibration(
     records: Sequence[JobRecord], config: CalibrationConfig | None = None
 ) -> dict[str, tuple[float, float]]:
-    """job id -> (calibrated ETA start, factor) for every record with a first ETA.
+    """job id -> (calibrated ETA start, factor) for every record with a first ETA,
+    learning from started jobs only.
 
-    Replays a fresh :class:`WaitCalibrator` over the run in time order, as the
-    simulator does online: a job's first start is observed before any projection
-    made at that instant or later, never before one made earlier.
+    Replays a fresh :class:`WaitCalibrator` over the run in time order: a job's
+    first start is observed before any projection made at that instant or later,
+    never before one made earlier (the simulator's order of events).
     """
     calibrator = WaitCalibrator(config)
     projected = [r for r in records if r.eta_at_s is not None and r.eta_start_s is not None]
@@ -127,13 +128,13 @@ def job_errors(
 ) -> tuple[list[EtaError], int]:
     """(errors of the jobs with a first ETA and a start, count of projected jobs with no ETA).
 
-    Calibrated starts are replayed under ``calibration`` when given, else the recorded ones.
+    Started-only calibrated starts are replayed under ``calibration`` (default config).
     """
     started = sorted(
         (r.submit_s, r.first_start_s) for r in result.records if r.first_start_s is not None
     )
     submits = [s for s, _ in started]
-    replayed = replay_calibration(result.records, calibration) if calibration else {}
+    replayed = replay_calibration(result.records, calibration)
     out: list[EtaError] = []
     no_eta = 0
     for record in result.records:
@@ -154,8 +155,10 @@ def job_errors(
                 eta_end_s=record.eta_end_s,
                 finish_s=record.finish_s,
                 overtaken=sum(1 for _, s in later if s < start),
-                cal_start_s=replayed[record.job_id][0] if calibration else record.eta_cal_start_s,
-                factor=replayed[record.job_id][1] if calibration else _factor(record),
+                cal_start_s=record.eta_cal_start_s,
+                factor=_factor(record),
+                started_only_s=replayed[record.job_id][0],
+                started_only_factor=replayed[record.job_id][1],
             )
         )
     return out, no_eta
@@ -177,23 +180,23 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _calibrated(waited: Sequence[EtaError]) -> dict[str, Any] | None:
+def _calibrated(waited: Sequence[EtaError], *, started_only: bool) -> dict[str, Any] | None:
     """Error figures of the calibrated first ETAs of ``waited`` (None: none recorded)."""
-    rel = [x for x in (e.cal_rel_error for e in waited) if x is not None]
-    if not rel or len(rel) < len(waited):
+    etas = [e.started_only_s if started_only else e.cal_start_s for e in waited]
+    if not etas or any(t is None for t in etas):
         return None
-    hours = [abs(e.cal_start_s - e.start_s) / 3600.0 for e in waited if e.cal_start_s is not None]
-    factors = [e.factor for e in waited if e.factor is not None]
+    rel = [e.rel_error_of(t) or 0.0 for e, t in zip(waited, etas, strict=True)]
+    hours = [abs((t or 0.0) - e.start_s) / 3600.0 for e, t in zip(waited, etas, strict=True)]
+    given = (e.started_only_factor if started_only else e.factor for e in waited)
+    factors: list[float] = [f for f in given if f is not None]
     median = _median(rel)
+    late = sum(1 for e, t in zip(waited, etas, strict=True) if t is not None and t < e.start_s)
     return {
         "median_rel_error": _r(median),
         "p90_rel_error": _r(percentile(rel, 90)),
         "median_abs_error_h": _r(_median(hours)),
         "p90_abs_error_h": _r(percentile(hours, 90)),
-        "late_share": _r(
-            sum(1 for e in waited if e.cal_start_s is not None and e.cal_start_s < e.start_s)
-            / len(waited)
-        ),
+        "late_share": _r(late / len(waited)),
         "factor_median": _r(_median(factors)),
         "scaled_share": _r(sum(1 for f in factors if abs(f - 1.0) > 1e-9) / len(waited)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
@@ -250,7 +253,8 @@ def summary(
         "median_rel_error_not_overtaken": _r(_median([e.rel_error for e in calm])),
         "median_end_rel_error": _r(_median(ends)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
-        "calibrated": _calibrated(waited),
+        "calibrated": _calibrated(waited, started_only=False),
+        "calibrated_started_only": _calibrated(waited, started_only=True),
         "calls": result.eta_calls,
         "max_cycles": result.eta_max_cycles,
         "eta_wall_s": round(result.eta_wall_s, 3),

@@ -75,7 +75,7 @@ class JobRecord:
     eta_at_s: float | None = None  # when it was projected (None: never projected)
     eta_start_s: float | None = None  # projected start (None: not reached within the bound)
     eta_end_s: float | None = None  # projected end
-    # eta_at_s + the projected wait calibrated from the jobs that started before eta_at_s
+    # eta_at_s + the projected wait calibrated from experience up to eta_at_s
     # (cpn.core.eta_calibration.WaitCalibrator, the operator's): the ETA a user is shown.
     eta_cal_start_s: float | None = None
 
@@ -225,9 +225,10 @@ class World:
     ``eta_every`` = k only every k-th admitted job is projected (a sample, k
     times cheaper on long queues). Each first ETA is also calibrated from
     experience (``eta_cal_start_s``): a :class:`~cpn.core.eta_calibration.WaitCalibrator`
-    configured by ``eta_calibration`` observes, when a projected job first starts,
-    its projected and actual waits, and scales later projections (only jobs that
-    started by then count: no knowledge of the future).
+    configured by ``eta_calibration`` follows the projected jobs (their first
+    projected wait, the starts later projections give them, their actual start)
+    and scales each new projection by what it learnt up to that instant: nothing
+    of the future.
 
     With ``reestimate`` (the default) waiting and running jobs are re-estimated when
     the estimator learned something that may change their estimate, before the next
@@ -606,16 +607,21 @@ class World:
             projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
         self._eta_wall_s += time.perf_counter() - started
         self._eta_calls += 1
+        now, calibrator = self.now_s, self.calibrator
+        for key, seen in projection.items():  # jobs projected before: how far they slipped
+            if key in calibrator and key in self._pending:
+                calibrator.projected(key, self._pending[key].queue, now, seen.start_s)
         for key in waiting:
             state = self._states[key]
             record = state.record
-            record.eta_at_s = self.now_s
+            record.eta_at_s = now
             found = projection.get(key)
             if found is not None:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
-                wait = self.calibrator.calibrate(state.job.queue, found.start_s - self.now_s)
-                record.eta_cal_start_s = self.now_s + wait
+                queue = state.job.queue
+                record.eta_cal_start_s = now + calibrator.calibrate(queue, found.start_s - now, now)
+                calibrator.projected(key, queue, now, found.start_s)
 
     def _expected_arrivals(self) -> list[Job]:
         """The jobs submitted in the last ``eta_arrivals_s``, as if submitted again one, two, ...
@@ -733,10 +739,7 @@ class World:
         self._busy_gpus += job.gpus
         if record.first_start_s is None:
             record.first_start_s = now
-            if record.eta_at_s is not None and record.eta_start_s is not None:
-                self.calibrator.observe(
-                    job.queue, record.eta_start_s - record.eta_at_s, now - record.eta_at_s
-                )
+            self.calibrator.started(key, now)
         record.cluster = cluster
         record.gpu_type = gpu_type
         record.estimate_s = job.estimate.on(gpu_type)
