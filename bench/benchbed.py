@@ -149,6 +149,8 @@ class Operator:
             raise
 
     def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the operator exited ({self.proc.returncode}); see {self.log}")
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=10

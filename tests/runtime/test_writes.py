@@ -56,6 +56,29 @@ def test_quiet_time_refills_up_to_the_burst_only(fake: FakeTime) -> None:
     assert fake.slept == [pytest.approx(0.1)]
 
 
+def test_yielding_takes_at_the_slow_rate_then_the_full_one(fake: FakeTime) -> None:
+    """While yielding to a burst the bucket spends none of its saved burst and runs at
+    qps * slow; once the time is up the full rate and burst come back."""
+    bucket = Pace(100.0, 50, clock=fake.clock, sleep=fake.sleep, slow=0.1)
+    bucket.yield_to(fake.now + 5.0)
+
+    async def main() -> None:
+        for _ in range(6):
+            await bucket.take()
+
+    asyncio.run(main())
+    assert fake.slept == [pytest.approx(0.1)] * 5  # 10 per second, not 100
+    fake.now += 10.0
+    fake.slept.clear()
+
+    async def after() -> None:
+        for _ in range(50):
+            await bucket.take()
+
+    asyncio.run(after())
+    assert fake.slept == []
+
+
 def test_zero_qps_never_waits(fake: FakeTime) -> None:
     """qps 0 turns pacing off."""
     bucket = Pace(0.0, 1, clock=fake.clock, sleep=fake.sleep)

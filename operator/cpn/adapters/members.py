@@ -117,6 +117,8 @@ class Member:
         ]
         self.unknown_types: set[str] = set()
         self._parsed: dict[str, tuple[str | None, Node | None]] = {}  # name -> (version, node)
+        # name -> (parsed node, what is free on it, the node with it): the last answer
+        self._current: dict[str, tuple[Node, tuple[float | None, ...], Node]] = {}
 
     @property
     def name(self) -> str:
@@ -203,6 +205,7 @@ class Member:
         nodes = []
         if len(self._parsed) > len(self.nodes):  # forget deleted nodes
             self._parsed = {n: v for n, v in self._parsed.items() if n in self.nodes}
+            self._current = {n: v for n, v in self._current.items() if n in self.nodes}
         for name, obj in sorted(self.nodes.items()):
             node = self._node(
                 name,
@@ -233,13 +236,20 @@ class Member:
         node = cached[1]
         if node is None:
             return None
-        return replace(
-            node,
-            free_gpus=node.gpus - other.gpus - ours.gpus,
-            free_cpu=node.cpu - other.cpu - ours.cpu,
-            free_memory_gib=node.memory_gib - other.memory_gib - ours.memory_gib,
-            cpu_util=cpu_util,
+        free = (
+            node.gpus - other.gpus - ours.gpus,
+            node.cpu - other.cpu - ours.cpu,
+            node.memory_gib - other.memory_gib - ours.memory_gib,
+            cpu_util,
         )
+        last = self._current.get(name)
+        if last is not None and last[0] is node and last[1] == free:
+            return last[2]  # nothing moved on it since the last cycle
+        current = replace(
+            node, free_gpus=free[0], free_cpu=free[1], free_memory_gib=free[2], cpu_util=free[3]
+        )
+        self._current[name] = (node, free, current)
+        return current
 
     def _parse_node(self, name: str, obj: Mapping[str, Any]) -> Node | None:
         labels = (obj.get("metadata") or {}).get("labels") or {}

@@ -45,7 +45,7 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
 from cpn.core.estimator import Estimator
 from cpn.core.eta import project
-from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
+from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.store import Packed, Record, Store, unpack
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 #: Threads for AIJob status patches and Events.
 WRITE_WORKERS = 8
+#: A cycle starting this many jobs is a burst: for a second after it, hub writes run at a
+#: tenth of their pace (the submissions and dispatches come first; statuses merge meanwhile).
+BURST_STARTS = 10
+BURST_YIELD_S = 1.0
 #: An AIJob's position, score and ETA alone are rewritten at most this often...
 VOLATILE_WRITE_S = 30.0
 #: ...and less often with a long queue: about this many such writes per second in all.
@@ -97,6 +101,7 @@ class Runtime:
         self._write_workers: list[asyncio.Task[None]] = []
         _widen_pool(hub, config.dispatch_workers + WRITE_WORKERS)
         self._writer: asyncio.Task[None] | None = None
+        self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
         self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
@@ -602,6 +607,7 @@ class Runtime:
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
             clusters.append(member.cluster(ours, ready=ready, cpu_util=self._cpu_util(name)))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
+        self._views = {c.name: c for c in clusters}
         self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
         return clusters, bandwidth
 
@@ -649,6 +655,8 @@ class Runtime:
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
+        if len(plan.starts) >= BURST_STARTS:
+            self.hub_writes.yield_to(time.monotonic() + BURST_YIELD_S)
         await self.apply(plan, snapshot)
         self._cycle_end = time.monotonic()
         self.observer.cycle_applied(time.perf_counter() - began)
@@ -948,13 +956,11 @@ class Runtime:
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self.write_pool,
-                self.custom.patch_namespaced_custom_object_status,
-                k.GROUP,
-                k.VERSION,
+                _patch_status,
+                self.custom,
                 record.namespace,
-                k.AIJOB_PLURAL,
                 record.name,
-                {"status": patch},
+                patch,
             )
         except ApiException as err:
             record.written, record.written_sig = {}, None
@@ -1011,8 +1017,11 @@ class Runtime:
         member = self.members.get(name)
         status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock())}
         if member is not None:
-            usage = self.store.usage_by_node()
-            view = member.cluster({n: u for (c, n), u in usage.items() if c == name}, ready=ready)
+            view = self._views.get(name)  # as the last cycle saw it
+            if view is None:
+                usage = self.store.usage_by_node()
+                ours = {n: u for (c, n), u in usage.items() if c == name}
+                view = member.cluster(ours, ready=ready)
             types: dict[str, list[float]] = {}
             for node in view.nodes:
                 row = types.setdefault(node.gpu_type, [0, 0.0, 0.0])
@@ -1139,6 +1148,19 @@ def why_stale(record: Record | None, cluster: str, name: str, attempt: int) -> s
     if record.phase == k.PHASE_QUEUED and attempt > record.attempts:
         return None  # dispatched but not yet recorded: adopted, or found again by its name
     return f"attempt {attempt} is stale ({record.key} is {record.phase}, attempt {record.attempts})"
+
+
+def _patch_status(custom: Any, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    response = custom.patch_namespaced_custom_object_status(
+        k.GROUP,
+        k.VERSION,
+        namespace,
+        k.AIJOB_PLURAL,
+        name,
+        {"status": patch},
+        _preload_content=False,  # the answer is the whole object: read, not parsed
+    )
+    response.data  # read it all, so the connection goes back to the pool  # noqa: B018
 
 
 def _signature(record: Record) -> tuple[Any, ...]:

@@ -96,6 +96,7 @@ class Record:
     written_at: float = 0.0  # time.monotonic() of the last write
     deleting: bool = False
     observed: bool = False  # its member Job has been seen since dispatch
+    as_running: Running | None = None  # its last Running value in a snapshot (store)
 
     @property
     def active(self) -> bool:
@@ -254,8 +255,16 @@ class Store:
                 continue
             began = record.start_s or record.dispatch_s or now_s
             end = began + record.transfer_s + record.predicted_runtime_s
-            running.append(
-                Running(
+            item = record.as_running  # most running jobs are as they were last cycle
+            if (
+                item is None
+                or item.job is not record.job
+                or item.start_s != began
+                or item.predicted_end_s != end
+                or (item.cluster, item.gpu_type, item.nodes)
+                != (record.cluster, record.gpu_type, record.nodes)
+            ):
+                item = Running(
                     job=record.job,
                     cluster=record.cluster,
                     gpu_type=record.gpu_type,
@@ -263,7 +272,8 @@ class Store:
                     start_s=began,
                     predicted_end_s=end,
                 )
-            )
+                record.as_running = item
+            running.append(item)
         return Snapshot(
             now_s=now_s,
             policy=self.policy,

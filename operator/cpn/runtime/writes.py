@@ -11,7 +11,9 @@ queue of 1,000). A burst of 10,000 AIJobs is then 10,000 keys, not 10,000 tasks.
 (client-go's QPS and burst; Kueue's ``clientConnection`` defaults to 50 and 100): a burst
 of submissions must not become as many status patches and Events at once on the hub's
 API server, which also serves the users submitting them. What is written is rendered
-when the write's turn comes, so changes made while waiting merge into one patch.
+when the write's turn comes, so changes made while waiting merge into one patch. While
+the operator dispatches a burst it slows its writes further (:meth:`Pace.yield_to`): on a
+shared API server every status patch competes with the submissions themselves.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 
 class Pace:
     """At most ``qps`` takes per second on average, ``burst`` at once; ``qps <= 0`` never
-    waits. Waiters are served in arrival order."""
+    waits. Waiters are served in arrival order. While yielding (:meth:`yield_to`) the
+    rate is ``qps * slow`` and nothing saved up is spent at once."""
 
     def __init__(
         self,
@@ -34,9 +37,12 @@ class Pace:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        slow: float = 0.1,
     ) -> None:
         self.qps = qps
         self.burst = max(1, burst)
+        self.slow = slow
+        self._slow_until = 0.0
         self._clock = clock
         self._sleep = sleep
         self._tokens = float(self.burst)
@@ -50,13 +56,20 @@ class Pace:
             self._lock = asyncio.Lock()
         async with self._lock:  # FIFO: one waiter refills and sleeps at a time
             now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            slowed = now < self._slow_until
+            rate = self.qps * self.slow if slowed else self.qps
+            cap = 1.0 if slowed else self.burst
+            self._tokens = min(cap, self._tokens + (now - self._at) * rate)
             self._at = now
             if self._tokens < 1.0:
-                await self._sleep((1.0 - self._tokens) / self.qps)
+                await self._sleep((1.0 - self._tokens) / rate)
                 self._tokens = 1.0
                 self._at = self._clock()
             self._tokens -= 1.0
+
+    def yield_to(self, until: float) -> None:
+        """Take at the slow rate until the clock reads ``until`` (extended, never cut)."""
+        self._slow_until = max(self._slow_until, until)
 
 
 class WriteQueue:
