@@ -45,6 +45,7 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
 from cpn.core.estimator import Estimator
 from cpn.core.eta import project
+from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
@@ -123,6 +124,8 @@ class Runtime:
         self._eta_task: asyncio.Task[None] | None = None
         self._eta_at = 0.0
         self._eta_wall_s = 0.0  # how long the last ETA projection took
+        # Projected waits scaled by how much later than projected jobs really started.
+        self.calibrator = WaitCalibrator()
         self._plan_wall_s = 0.0  # how long the last plan_cycle took
         self._cycle_end = 0.0
         self.observer = Observer(config)
@@ -172,6 +175,7 @@ class Runtime:
             record = self.store.records.get(key)
             if record is not None and record.uid == meta.get("uid"):
                 self._delete_member_job(record)
+                self.calibrator.forget(key)
                 self.store.remove(key)
                 self.kick()
             return
@@ -682,10 +686,18 @@ class Runtime:
         started = time.monotonic()
         projection = await asyncio.to_thread(project, snapshot)
         self._eta_wall_s = time.monotonic() - started
-        for record in self.store.pending():
-            found = projection.get(record.key)
-            record.eta_start_s = found.start_s if found else None
-            record.eta_finish_s = found.end_s if found else None
+        now = snapshot.now_s
+        pending = [(r, projection.get(r.key)) for r in self.store.pending()]
+        for record, found in pending:  # all first: then one factor per queue
+            if found is not None and record.job is not None:
+                self.calibrator.projected(record.key, record.job.queue, now, found.start_s)
+        for record, found in pending:
+            if found is None or record.job is None:
+                record.eta_start_s = record.eta_finish_s = None
+                continue
+            wait = found.start_s - now
+            shift = self.calibrator.calibrate(record.job.queue, wait, now) - wait
+            record.eta_start_s, record.eta_finish_s = found.start_s + shift, found.end_s + shift
         await self.write_all()
 
     def _requeue_lost(self) -> None:
@@ -803,6 +815,7 @@ class Runtime:
             self._event(record, "DispatchFailed", record.message, warning=True)
             return
         self.observer.dispatched(record)
+        self.calibrator.started(record.key, self.clock())
         self._event(record, "Dispatched", record.message)
         existing = member.jobs.get(record.member_job)
         if not uid and existing is not None:
