@@ -105,3 +105,18 @@ def test_running_job_with_uncertainty_ends_at_its_conditional_median():
     assert eta_at(50) == pytest.approx(conditional_median(50), rel=1e-3)
     assert eta_at(0) == 100  # just started: its planned end
     assert expected_end_s(r, 50) == pytest.approx(conditional_median(50), rel=1e-3)
+
+
+def test_projection_places_with_the_live_cycles_milp():
+    """The projection's first cycle starts what the live MILP cycle starts: four 1-GPU jobs
+    ranked just after a 4-GPU job take its room now, and the 4-GPU job follows them."""
+    c = cluster("m", nodes("m", 1, gpus=4))
+    big = job("big", gpus=4, runtime_s=100, submitted_s=0)
+    small = [job(f"s{i}", runtime_s=100, submitted_s=100 + i) for i in range(4)]
+    snap = snapshot(jobs=[big, *small], clusters=[c], now_s=1000)
+    live = plan_cycle(snap)
+    assert live.stats.method == "milp"
+    out = project(snap)
+    assert {k for k, p in out.items() if p.start_s == 1000} == {s.job_key for s in live.starts}
+    assert {s.job_key for s in live.starts} == {j.key for j in small}
+    assert out["big"].start_s == 1100

@@ -120,7 +120,8 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
         )
     return Snapshot(
         now_s=now,
-        policy=policy,
+        # The focus serves greedy placement (under the MILP every projected cycle runs whole).
+        policy=replace(policy, placement=replace(policy.placement, method="greedy")),
         pending=tuple(jobs),
         running=tuple(running),
         clusters=tuple(clusters),
@@ -209,3 +210,20 @@ def test_focus_with_arrivals_equals_the_plain_replay(seed, monkeypatch):
     plain = project(snap, arrivals=arrivals, focus=False, max_cycles=300)
     assert any(k.startswith("new-") for k in plain)
     assert project(snap, arrivals=arrivals, max_cycles=300) == plain
+
+
+def test_milp_placement_projects_without_focus(monkeypatch):
+    """Under the MILP no focused cycle runs, and the projection is the plain replay."""
+    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
+    made: list[eta._Focus] = []
+
+    class Recording(eta._Focus):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(eta, "_Focus", Recording)
+    snap = random_snapshot(5, QueuePolicy(), pending=30)
+    snap = replace(snap, policy=replace(snap.policy, placement=Placement(method="milp")))
+    assert project(snap, max_cycles=100) == project(snap, focus=False, max_cycles=100)
+    assert made == []

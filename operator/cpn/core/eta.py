@@ -6,9 +6,12 @@ times and started jobs run for their predicted runtimes. What it returns is
 what cpn would do if every prediction came true and nothing new arrived:
 the basis of the ETA a researcher sees. Pure, like the cycle itself.
 
-The MILP is swapped for the greedy placement (the projection runs many
-cycles; on Gavel's Philly traces keeping it changed no ETA and cost five times
-more) and preemption is left out (a projection must not stop anything).
+The projection places with the policy's own method, the MILP included: the
+MILP weighs jobs by rank, not by GPUs, so four 1-GPU jobs ranked just after a
+4-GPU job win its room; the greedy placement starts the 4-GPU job instead, and
+on Philly trace b436b2 (default policy, oracle runtimes) that told 1-GPU jobs
+of the hour-740 burst twice their real wait. Preemption is left out (a
+projection must not stop anything).
 
 A running job is expected to end at the median of its runtime given that it
 is still running, under the log-normal law its estimate states (median and
@@ -22,7 +25,8 @@ a reservation, and no job that provably cannot start. A cycle over that subset
 decides the same starts as over the whole queue; when that cannot be shown
 (another job could fit what is left, a job may be draining, strict order) the
 subset grows, up to the whole queue. On a deep queue this makes a projected
-cycle cost about the same whatever the queue's length.
+cycle cost about the same whatever the queue's length. Its proofs hold for the
+greedy placement only: under the MILP every projected cycle runs whole.
 """
 
 from __future__ import annotations
@@ -420,9 +424,9 @@ def project(
     With ``until`` (job keys) the projection stops as soon as every one of them
     that is pending has its start: their projections are the same as without it,
     other jobs may be absent (the simulator's first ETAs need only new jobs).
-    ``focus`` (with :func:`plan_cycle` as the planner) gives each projected cycle
-    only the jobs that can act in it (see :class:`_Focus`); ``focus=False`` is the
-    plain replay over the whole queue, with the same result.
+    ``focus`` (with :func:`plan_cycle` as the planner and greedy placement) gives
+    each projected cycle only the jobs that can act in it (see :class:`_Focus`);
+    ``focus=False`` is the plain replay over the whole queue, with the same result.
     ``arrivals`` are jobs expected to be submitted later: each joins the queue at
     its ``submit_s`` (they may overtake the pending jobs, and get projections too);
     with arrivals the projection stops once the snapshot's pending jobs (or the
@@ -432,12 +436,8 @@ def project(
 
     run = plan or plan_cycle
     policy = snapshot.policy
-    placement = policy.placement
-    if placement.method == "milp":
-        placement = replace(placement, method="greedy")
-    policy = replace(
-        policy, placement=placement, preemption=replace(policy.preemption, enabled=False)
-    )
+    # Same placement as the live cycle (see the module docstring); no preemption.
+    policy = replace(policy, preemption=replace(policy.preemption, enabled=False))
     now = snapshot.now_s
     pending: dict[str, Job] = {j.key: j for j in snapshot.pending if not j.suspended}
     # Running jobs end at their median end given they still run (a moment from now at least).
@@ -449,7 +449,13 @@ def project(
         key=lambda j: (j.submit_s, j.key),
     )
     focused = None
-    if focus and run is plan_cycle and policy.ordering not in STRICT_ORDERINGS and pending:
+    if (
+        focus
+        and run is plan_cycle
+        and policy.placement.method == "greedy"
+        and policy.ordering not in STRICT_ORDERINGS
+        and pending
+    ):
         focused = _Focus(state, (*state.pending, *future))
         for j in future:
             focused.started(j.key)  # not in the queue until it arrives
