@@ -75,6 +75,7 @@ from predictor.model import (  # noqa: E402
     fit_alpha,
     fit_roofline,
     measurements_from_table,
+    time_terms,
 )
 
 K_SHRINK = 4.0
@@ -268,16 +269,8 @@ TIME_FITS: dict[str, tuple[str, ...]] = {
 
 def _time_row(m: Measurement, specs: Specs, columns: Sequence[str], alpha: float) -> list[float]:
     gpu = specs.gpu(m.gpu_type)
-    b, n = float(m.batch_size), m.gpus
-    f, bw, link = gpu.fp32_tflops, gpu.bandwidth_gbs / 1000.0, gpu.link_gbs / 100.0
-    values = {
-        "t0": 1.0 / b,
-        "c": 1.0 / f,
-        "a": 1.0 / bw,
-        "w": 1.0 / (bw * b),
-        "x": 2.0 * (n - 1) / n / (link * b),
-        "G": f**-alpha * bw ** (alpha - 1.0),
-    }
+    values = time_terms(gpu, m.batch_size, m.gpus, "fp32")
+    values["G"] = gpu.fp32_tflops**-alpha * (gpu.bandwidth_gbs / 1000.0) ** (alpha - 1.0)
     return [values[c] for c in columns]
 
 

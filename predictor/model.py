@@ -39,7 +39,7 @@ import math
 import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,19 @@ class _Parts:
     lo: np.ndarray  # 10th percentile of the trees minus mid
     hi: np.ndarray  # 90th percentile of the trees minus mid
     kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Target:
+    """An anchor prior to compute: ``model`` at ``batch_size`` on ``gpus`` x ``gpu_type``,
+    from the model's measurements on the ``anchors`` GPU types."""
+
+    model: str
+    gpu_type: str
+    batch_size: int
+    gpus: int
+    precision: str
+    anchors: tuple[str, ...]
 
 
 def _query(m: Measurement) -> Query:
@@ -380,6 +393,23 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     )
 
 
+def time_terms(gpu: GpuSpec, batch_size: int, gpus: int, precision: str) -> dict[str, float]:
+    """The terms of the per-model time fit (:meth:`Priors._physics`) on ``gpus`` x ``gpu``,
+    by coefficient name, each before its coefficient."""
+    b = float(max(batch_size, 1))
+    n = max(gpus, 1)
+    compute = effective_tflops(gpu, precision or None)
+    bandwidth = gpu.bandwidth_gbs / 1000.0
+    link = gpu.link_gbs / 100.0 if gpu.link_gbs > 0 else math.inf
+    return {
+        "t0": 1.0 / b,
+        "c": 1.0 / compute,
+        "a": 1.0 / bandwidth,
+        "w": 1.0 / (bandwidth * b),
+        "x": 2.0 * (n - 1) / n / (link * b),
+    }
+
+
 class Priors:
     """The scaling baseline over a set of measurements (see the module docstring)."""
 
@@ -483,26 +513,25 @@ class Priors:
         if key in self._cache:
             return self._cache[key]
         result: tuple[float, float] | None = None
-        anchors = sorted(self.measured_types(model) - {gpu_type})
-        if anchors and self.physics:
-            result = self._physics(model, gpu_type, batch_size, gpus, precision, anchors)
-        if anchors and result is None:
+        t = _Target(
+            model=model,
+            gpu_type=gpu_type,
+            batch_size=batch_size,
+            gpus=gpus,
+            precision=precision,
+            anchors=tuple(sorted(self.measured_types(model) - {gpu_type})),
+        )
+        if t.anchors and self.physics:
+            result = self._physics(t)
+        if t.anchors and result is None:
             if gpus > 1:
-                result = self._with_exchange(model, gpu_type, batch_size, gpus, precision, anchors)
+                result = self._with_exchange(t)
             if result is None:
-                result = self._scaled(model, gpu_type, batch_size, gpus, precision, anchors)
+                result = self._scaled(t)
         self._cache[key] = result
         return result
 
-    def _physics(
-        self,
-        model: str,
-        gpu_type: str,
-        batch_size: int,
-        gpus: int,
-        precision: str,
-        anchors: Sequence[str],
-    ) -> tuple[float, float] | None:
+    def _physics(self, t: _Target) -> tuple[float, float] | None:
         """Prior from the model's own time per sample, fitted on its anchors' rows.
 
         A worker's seconds per sample are modelled as ``t0 / b + c / F + a / B + w / (B b)
@@ -520,63 +549,41 @@ class Priors:
         K80 and V100 on Gavel's table) but extrapolates badly to a slower or a faster
         type (see docs/predictor.md). None otherwise (the blended speed-up is used).
         """
-        if len(anchors) < 2:
+        if len(t.anchors) < 2:
             return None
-        target = self.specs.gpu(gpu_type)
-        specs = [self.specs.gpu(a) for a in anchors]
+        target = self.specs.gpu(t.gpu_type)
+        specs = [self.specs.gpu(a) for a in t.anchors]
 
         def within(values: list[float], value: float) -> bool:
             return min(values) * (1 - 1e-9) <= value <= max(values) * (1 + 1e-9)
 
         if not (
             within(
-                [effective_tflops(g, precision or None) for g in specs],
-                effective_tflops(target, precision or None),
+                [effective_tflops(g, t.precision or None) for g in specs],
+                effective_tflops(target, t.precision or None),
             )
             and within([g.bandwidth_gbs for g in specs], target.bandwidth_gbs)
         ):
             return None
-        if gpus > 1 and not (
+        if t.gpus > 1 and not (
             target.link_gbs > 0
             and all(g.link_gbs > 0 for g in specs)
             and within([g.link_gbs for g in specs], target.link_gbs)
         ):
             return None
-        fit = self._physics_fit(model, tuple(anchors))
+        fit = self._physics_fit(t.model, t.anchors)
         if fit is None:
             return None
         columns, coef = fit
-        if gpus > 1 and "x" not in columns:
+        if t.gpus > 1 and "x" not in columns:
             return None  # no multi-GPU rows to learn the exchange from
-        m = Measurement(
-            model=model,
-            gpu_type=gpu_type,
-            batch_size=batch_size,
-            gpus=gpus,
-            samples_per_s=1.0,
-            precision=precision,
-        )
-        per_sample_s = float(np.dot(self._physics_row(m, columns), coef))
+        terms = time_terms(target, t.batch_size, t.gpus, t.precision)
+        per_sample_s = float(np.dot([terms[c] for c in columns], coef))
         if not per_sample_s > 0 or not math.isfinite(per_sample_s):
             return None
-        nearest = min((math.log(self._ratio(a, gpu_type, precision)) for a in anchors), key=abs)
-        return max(gpus, 1) / per_sample_s, nearest
-
-    def _physics_row(self, m: Measurement, columns: Sequence[str]) -> list[float]:
-        gpu = self.specs.gpu(m.gpu_type)
-        b = float(max(m.batch_size, 1))
-        n = max(m.gpus, 1)
-        compute = effective_tflops(gpu, m.precision or None)
-        bandwidth = gpu.bandwidth_gbs / 1000.0
-        link = gpu.link_gbs / 100.0 if gpu.link_gbs > 0 else math.inf
-        values = {
-            "t0": 1.0 / b,
-            "c": 1.0 / compute,
-            "a": 1.0 / bandwidth,
-            "w": 1.0 / (bandwidth * b),
-            "x": 2.0 * (n - 1) / n / (link * b),
-        }
-        return [values[c] for c in columns]
+        ratios = (self._ratio(a, t.gpu_type, t.precision) for a in t.anchors)
+        nearest = min((math.log(r) for r in ratios), key=abs)
+        return max(t.gpus, 1) / per_sample_s, nearest
 
     def _physics_fit(
         self, model: str, anchors: tuple[str, ...]
@@ -594,7 +601,9 @@ class Priors:
         if len({m.gpu_type for m in rows}) >= 2 and len(rows) >= len(columns):
             from scipy.optimize import nnls
 
-            A = np.asarray([self._physics_row(m, columns) for m in rows])
+            gpu = self.specs.gpu
+            terms = [time_terms(gpu(m.gpu_type), m.batch_size, m.gpus, m.precision) for m in rows]
+            A = np.asarray([[row[c] for c in columns] for row in terms])
             y = np.asarray([max(m.gpus, 1) / m.samples_per_s for m in rows])
             w = np.sqrt(np.asarray([m.weight for m in rows]))
             try:
@@ -606,23 +615,15 @@ class Priors:
         self._physics_fits[key] = result
         return result
 
-    def _scaled(
-        self,
-        model: str,
-        gpu_type: str,
-        batch_size: int,
-        gpus: int,
-        precision: str,
-        anchors: Sequence[str],
-    ) -> tuple[float, float] | None:
+    def _scaled(self, t: _Target) -> tuple[float, float] | None:
         """Anchors' throughput at ``gpus`` times the catalog speed-up, combined."""
         total_w = total = 0.0
         nearest = math.inf
-        for anchor in anchors:
-            sps = self._measured_sps(model, anchor, batch_size, gpus)
+        for anchor in t.anchors:
+            sps = self._measured_sps(t.model, anchor, t.batch_size, t.gpus)
             if sps is None:
                 continue
-            ratio = self._ratio(anchor, gpu_type, precision)
+            ratio = self._ratio(anchor, t.gpu_type, t.precision)
             distance = abs(math.log(ratio))
             weight = 1.0 / (0.1 + distance) ** 2
             total += weight * math.log(sps * ratio)
@@ -631,15 +632,7 @@ class Priors:
                 nearest = math.log(ratio)
         return (math.exp(total / total_w), nearest) if total_w > 0 else None
 
-    def _with_exchange(
-        self,
-        model: str,
-        gpu_type: str,
-        batch_size: int,
-        gpus: int,
-        precision: str,
-        anchors: Sequence[str],
-    ) -> tuple[float, float] | None:
+    def _with_exchange(self, t: _Target) -> tuple[float, float] | None:
         """Multi-GPU prior: one GPU's time per sample plus the exchange's, per worker.
 
         For an anchor measured on one GPU (``s1``) and on ``m`` GPUs (``sm``, the count
@@ -652,19 +645,19 @@ class Priors:
         (like the table, linear in ``gpus`` beyond the nearest measured count). None when
         the target's link is unknown or no anchor was measured on 1 and 2+ GPUs.
         """
-        link = self.specs.gpu(gpu_type).link_gbs
+        link = self.specs.gpu(t.gpu_type).link_gbs
         if link <= 0:
             return None
-        singles = [a for a in anchors if 1 in self.table.measured_gpu_counts(model, a)]
+        singles = tuple(a for a in t.anchors if 1 in self.table.measured_gpu_counts(t.model, a))
         total_w = total = 0.0
         for anchor in singles:
             spec = self.specs.gpu(anchor)
-            counts = self.table.measured_gpu_counts(model, anchor) - {1}
+            counts = self.table.measured_gpu_counts(t.model, anchor) - {1}
             if spec.link_gbs <= 0 or not counts:
                 continue
-            m = min(counts, key=lambda g: (abs(math.log(g / gpus)), g))
-            sm = self._measured_sps(model, anchor, batch_size, m)
-            s1 = self._measured_sps(model, anchor, batch_size, 1)
+            m = min(counts, key=lambda g: (abs(math.log(g / t.gpus)), g))
+            sm = self._measured_sps(t.model, anchor, t.batch_size, m)
+            s1 = self._measured_sps(t.model, anchor, t.batch_size, 1)
             if not sm or not s1:
                 continue
             ratio = spec.link_gbs / link
@@ -673,14 +666,14 @@ class Priors:
             total_w += weight
         if total_w <= 0:
             return None
-        one_key = (model, gpu_type, batch_size, 1, precision, "singles")
+        one_key = (t.model, t.gpu_type, t.batch_size, 1, t.precision, "singles")
         if one_key not in self._cache:
-            self._cache[one_key] = self._scaled(model, gpu_type, batch_size, 1, precision, singles)
+            self._cache[one_key] = self._scaled(replace(t, gpus=1, anchors=singles))
         one = self._cache[one_key]
         if one is None:
             return None
         exchange_s = max(total / total_w, 0.0)
-        return gpus / (1.0 / one[0] + exchange_s), one[1]
+        return t.gpus / (1.0 / one[0] + exchange_s), one[1]
 
 
 def _one_thread() -> Any:

@@ -15,6 +15,13 @@ from predictor.model import Measurement, Roofline, Specs, blend_ratio, fit_alpha
 GPUS = ("T4", "A10", "V100-16GB", "A100-40GB")
 
 
+def _row(model: str, gpu: str, batch: int, gpus: int, sps: float) -> Measurement:
+    """One FP32 measurement."""
+    return Measurement(
+        model=model, gpu_type=gpu, batch_size=batch, gpus=gpus, samples_per_s=sps, precision="fp32"
+    )
+
+
 def _blended_rows(alpha: float) -> list[Measurement]:
     """Rows whose cross-GPU speed-ups follow blend_ratio(alpha) exactly."""
     rows = []
@@ -22,16 +29,7 @@ def _blended_rows(alpha: float) -> list[Measurement]:
         for batch in (16, 64):
             for gpu in GPUS:
                 ratio = blend_ratio(gpu_spec("T4"), gpu_spec(gpu), "fp32", alpha)
-                rows.append(
-                    Measurement(
-                        model=model,
-                        gpu_type=gpu,
-                        batch_size=batch,
-                        gpus=1,
-                        samples_per_s=base * batch / 16 * ratio,
-                        precision="fp32",
-                    )
-                )
+                rows.append(_row(model, gpu, batch, 1, base * batch / 16 * ratio))
     return rows
 
 
@@ -59,16 +57,7 @@ def test_roofline_fit_recovers_a_latency_bound_table():
             for batch in (4, 32, 256):
                 for gpus in (1, 4):
                     sps = truth.samples_per_s(model_spec(model), gpu_spec(gpu), batch, gpus, "fp32")
-                    rows.append(
-                        Measurement(
-                            model=model,
-                            gpu_type=gpu,
-                            batch_size=batch,
-                            gpus=gpus,
-                            samples_per_s=sps,
-                            precision="fp32",
-                        )
-                    )
+                    rows.append(_row(model, gpu, batch, gpus, sps))
     fitted = fit_roofline(rows, Specs())
     assert fitted.t0_s == pytest.approx(truth.t0_s, rel=0.05)
     assert fitted.efficiency == pytest.approx(truth.efficiency, rel=0.05)
@@ -135,6 +124,13 @@ def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
 _EXCHANGE = {"resnet50": 0.02, "bert-base": 0.05, "gpt2": 0.3}
 
 
+def _target(model: str, gpu: str, batch: int, gpus: int, anchors: tuple[str, ...]) -> pm._Target:
+    """An FP32 anchor prior to compute with the private helpers of :class:`pm.Priors`."""
+    return pm._Target(
+        model=model, gpu_type=gpu, batch_size=batch, gpus=gpus, precision="fp32", anchors=anchors
+    )
+
+
 def _exchange_rows(alpha: float) -> list[Measurement]:
     """One-GPU speed-ups follow blend_ratio(alpha); n GPUs add exchange time / link."""
     rows = []
@@ -160,7 +156,7 @@ def test_exchange_prior_moves_the_exchange_time_by_link_bandwidth(holdout):
         got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
         assert got is not None
         assert got[0] == pytest.approx(m.samples_per_s, rel=1e-6), m
-        old = priors._scaled(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision, list(GPUS[:1]))
+        old = priors._scaled(_target(m.model, m.gpu_type, m.batch_size, m.gpus, GPUS[:1]))
         assert old is not None and abs(old[0] / m.samples_per_s - 1) > 0.02, m
 
 
@@ -177,9 +173,9 @@ def test_exchange_prior_falls_back_without_link_figures():
     specs = Specs(table)
     rows = [m for m in _exchange_rows(0.5) if m.gpu_type != "A10"]
     priors = pm.Priors(rows, specs)
-    anchors = sorted(priors.measured_types("gpt2"))
+    anchors = tuple(sorted(priors.measured_types("gpt2")))
     got = priors.anchor("gpt2", "NOLINK", 16, 8, "fp32")
-    assert got == priors._scaled("gpt2", "NOLINK", 16, 8, "fp32", anchors)
+    assert got == priors._scaled(_target("gpt2", "NOLINK", 16, 8, anchors))
     assert got != priors.anchor("gpt2", "A10", 16, 8, "fp32")
 
 
@@ -191,29 +187,31 @@ _PHYSICS = {
 }
 
 
+def _physics_sps(model: str, gpu: str, batch: int, gpus: int) -> float:
+    """Samples/s when the per-sample time is t0/b + c/F + a/B + w/(B b) + x r/(L b) exactly."""
+    t0, c, a, w, x = _PHYSICS[model]
+    spec = gpu_spec(gpu)
+    f, bw, link = spec.fp32_tflops, spec.bandwidth_gbs / 1000, spec.link_gbs / 100
+    r = 2 * (gpus - 1) / gpus
+    per_sample_s = t0 / batch + c / f + a / bw + w / (bw * batch)
+    per_sample_s += x * r / (link * batch)
+    return gpus / per_sample_s
+
+
 def _physics_rows() -> list[Measurement]:
-    """Rows whose per-sample time is t0/b + c/F + a/B + w/(B b) + x r/(L b) exactly."""
-    rows = []
-    for model, (t0, c, a, w, x) in _PHYSICS.items():
-        for gpu in GPUS:
-            spec = gpu_spec(gpu)
-            f, bw, link = spec.fp32_tflops, spec.bandwidth_gbs / 1000, spec.link_gbs / 100
-            for batch in (8, 32, 128):
-                for gpus in (1, 2, 8):
-                    r = 2 * (gpus - 1) / gpus
-                    per_sample_s = t0 / batch + c / f + a / bw + w / (bw * batch)
-                    per_sample_s += x * r / (link * batch)
-                    rows.append(
-                        Measurement(
-                            model=model,
-                            gpu_type=gpu,
-                            batch_size=batch,
-                            gpus=gpus,
-                            samples_per_s=gpus / per_sample_s,
-                            precision="fp32",
-                        )
-                    )
-    return rows
+    """Rows of every model, GPU type, batch size (8, 32, 128) and GPU count (1, 2, 8)."""
+    return [
+        _row(model, gpu, batch, gpus, _physics_sps(model, gpu, batch, gpus))
+        for model in _PHYSICS
+        for gpu in GPUS
+        for batch in (8, 32, 128)
+        for gpus in (1, 2, 8)
+    ]
+
+
+def _priors_and_blended(rows: list[Measurement]) -> tuple[pm.Priors, pm.Priors]:
+    """The priors over ``rows`` with the per-model time fit, and without (blended speed-up)."""
+    return pm.Priors(rows, Specs()), pm.Priors(rows, Specs(), physics=False)
 
 
 def test_physics_prior_recovers_a_type_between_its_anchors():
@@ -222,8 +220,7 @@ def test_physics_prior_recovers_a_type_between_its_anchors():
     several, batch sizes not measured too); the blended speed-up is off."""
     rows = _physics_rows()
     train = [m for m in rows if m.gpu_type != "V100-16GB"]
-    priors = pm.Priors(train, Specs())
-    blended = pm.Priors(train, Specs(), physics=False)
+    priors, blended = _priors_and_blended(train)
     off = 0
     for m in (m for m in rows if m.gpu_type == "V100-16GB"):
         got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
@@ -233,10 +230,7 @@ def test_physics_prior_recovers_a_type_between_its_anchors():
         assert old is not None
         off += abs(old[0] / m.samples_per_s - 1) > 0.02
     assert off > len(_PHYSICS) * 9 // 2
-    (t0, c, a, w, x) = _PHYSICS["bert-base"]
-    spec = gpu_spec("V100-16GB")
-    f, bw, link = spec.fp32_tflops, spec.bandwidth_gbs / 1000, spec.link_gbs / 100
-    unmeasured = 4 / (t0 / 64 + c / f + a / bw + w / (bw * 64) + x * 1.5 / (link * 64))
+    unmeasured = _physics_sps("bert-base", "V100-16GB", 64, 4)
     got = priors.anchor("bert-base", "V100-16GB", 64, 4, "fp32")
     assert got is not None and got[0] == pytest.approx(unmeasured, rel=1e-6)
 
@@ -247,8 +241,7 @@ def test_physics_prior_is_not_used_to_extrapolate(holdout):
     speed-up, not the per-model fit."""
     rows = _physics_rows()
     train = [m for m in rows if m.gpu_type != holdout]
-    priors = pm.Priors(train, Specs())
-    blended = pm.Priors(train, Specs(), physics=False)
+    priors, blended = _priors_and_blended(train)
     for m in (m for m in rows if m.gpu_type == holdout):
         got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
         assert got is not None
@@ -258,8 +251,7 @@ def test_physics_prior_is_not_used_to_extrapolate(holdout):
 def test_physics_prior_needs_two_anchor_types():
     """With one other measured type there is nothing to fit: the blended speed-up."""
     rows = [m for m in _physics_rows() if m.gpu_type in ("T4", "V100-16GB")]
-    priors = pm.Priors(rows, Specs())
-    blended = pm.Priors(rows, Specs(), physics=False)
+    priors, blended = _priors_and_blended(rows)
     assert priors.anchor("gpt2", "A10", 32, 2, "fp32") == blended.anchor(
         "gpt2", "A10", 32, 2, "fp32"
     )
