@@ -128,21 +128,27 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
     )
 
 
-@pytest.mark.parametrize("head", [2, 5, 16])
-@pytest.mark.parametrize("name", sorted(POLICIES))
-def test_focused_projection_equals_the_plain_replay(name, head, monkeypatch):
-    """On random snapshots, every projected start and end is the same with and without focus,
-    and some projected cycles did run over a part of the queue only."""
-    monkeypatch.setattr(eta, "_HEAD", head)
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[eta._Focus]:
+    """Every focus the projections make, focusing allowed however short the queue."""
     monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
-    made: list[eta._Focus] = []
+    focuses: list[eta._Focus] = []
 
     class Recording(eta._Focus):
         def __init__(self, *args):
             super().__init__(*args)
-            made.append(self)
+            focuses.append(self)
 
     monkeypatch.setattr(eta, "_Focus", Recording)
+    return focuses
+
+
+@pytest.mark.parametrize("head", [2, 5, 16])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_focused_projection_equals_the_plain_replay(name, head, monkeypatch, made):
+    """On random snapshots, every projected start and end is the same with and without focus,
+    and some projected cycles did run over a part of the queue only."""
+    monkeypatch.setattr(eta, "_HEAD", head)
     for seed in range(5):
         snap = random_snapshot(seed * 31 + len(name), POLICIES[name], pending=24 + 6 * seed)
         expected = project(snap, focus=False, max_cycles=200)
@@ -212,17 +218,8 @@ def test_focus_with_arrivals_equals_the_plain_replay(seed, monkeypatch):
     assert project(snap, arrivals=arrivals, max_cycles=300) == plain
 
 
-def test_milp_placement_projects_without_focus(monkeypatch):
+def test_milp_placement_projects_without_focus(made):
     """Under the MILP no focused cycle runs, and the projection is the plain replay."""
-    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
-    made: list[eta._Focus] = []
-
-    class Recording(eta._Focus):
-        def __init__(self, *args):
-            super().__init__(*args)
-            made.append(self)
-
-    monkeypatch.setattr(eta, "_Focus", Recording)
     snap = random_snapshot(5, QueuePolicy(), pending=30)
     snap = replace(snap, policy=replace(snap.policy, placement=Placement(method="milp")))
     assert project(snap, max_cycles=100) == project(snap, focus=False, max_cycles=100)

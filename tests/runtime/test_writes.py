@@ -22,35 +22,37 @@ class FakeTime:
         self.slept.append(seconds)
         self.now += seconds
 
+    def pace(self, qps: float, burst: int, **kw: float) -> Pace:
+        """A Pace on this fake clock."""
+        return Pace(qps, burst, clock=self.clock, sleep=self.sleep, **kw)
+
 
 @pytest.fixture
 def fake() -> FakeTime:
     return FakeTime()
 
 
+async def take(bucket: Pace, times: int) -> None:
+    """``times`` takes from ``bucket``, one after the other."""
+    for _ in range(times):
+        await bucket.take()
+
+
 def test_burst_passes_then_takes_are_spaced_by_one_over_qps(fake: FakeTime) -> None:
     """5 takes pass at once; the next 20 wait 1/qps each, so 25 takes last 20/qps."""
-    bucket = Pace(100.0, 5, clock=fake.clock, sleep=fake.sleep)
-
-    async def main() -> None:
-        for _ in range(25):
-            await bucket.take()
-
-    asyncio.run(main())
+    asyncio.run(take(fake.pace(100.0, 5), 25))
     assert len(fake.slept) == 20
     assert fake.now - 1000.0 == pytest.approx(0.2)
 
 
 def test_quiet_time_refills_up_to_the_burst_only(fake: FakeTime) -> None:
     """After a long quiet spell, no more than ``burst`` takes pass without waiting."""
-    bucket = Pace(10.0, 3, clock=fake.clock, sleep=fake.sleep)
+    bucket = fake.pace(10.0, 3)
 
     async def main() -> None:
-        for _ in range(3):
-            await bucket.take()
+        await take(bucket, 3)
         fake.now += 3600.0
-        for _ in range(4):
-            await bucket.take()
+        await take(bucket, 4)
 
     asyncio.run(main())
     assert fake.slept == [pytest.approx(0.1)]
@@ -59,41 +61,25 @@ def test_quiet_time_refills_up_to_the_burst_only(fake: FakeTime) -> None:
 def test_yielding_takes_at_the_slow_rate_then_the_full_one(fake: FakeTime) -> None:
     """While yielding to a burst the bucket spends none of its saved burst and runs at
     qps * slow; once the time is up the full rate and burst come back."""
-    bucket = Pace(100.0, 50, clock=fake.clock, sleep=fake.sleep, slow=0.1)
+    bucket = fake.pace(100.0, 50, slow=0.1)
     bucket.yield_to(fake.now + 5.0)
-
-    async def main() -> None:
-        for _ in range(6):
-            await bucket.take()
-
-    asyncio.run(main())
+    asyncio.run(take(bucket, 6))
     assert fake.slept == [pytest.approx(0.1)] * 5  # 10 per second, not 100
     fake.now += 10.0
     fake.slept.clear()
-
-    async def after() -> None:
-        for _ in range(50):
-            await bucket.take()
-
-    asyncio.run(after())
+    asyncio.run(take(bucket, 50))
     assert fake.slept == []
 
 
 def test_zero_qps_never_waits(fake: FakeTime) -> None:
     """qps 0 turns pacing off."""
-    bucket = Pace(0.0, 1, clock=fake.clock, sleep=fake.sleep)
-
-    async def main() -> None:
-        for _ in range(1000):
-            await bucket.take()
-
-    asyncio.run(main())
+    asyncio.run(take(fake.pace(0.0, 1), 1000))
     assert fake.slept == []
 
 
 def test_concurrent_waiters_are_served_in_order(fake: FakeTime) -> None:
     """Takes from many tasks at once come out one by one, first come first served."""
-    bucket = Pace(50.0, 1, clock=fake.clock, sleep=fake.sleep)
+    bucket = fake.pace(50.0, 1)
     served: list[int] = []
 
     async def one(i: int) -> None:

@@ -6,15 +6,14 @@ import re
 from collections.abc import Collection
 
 import pytest
-from simkit import DATA, clusters, tjob
+from etakit import run_with_eta
+from simkit import DATA, tjob
 
 from cpn.core.eta import Projection, project
 from cpn.core.model import Snapshot
-from cpn.core.presets import preset_policy
 from cpn.sim import eta_accuracy
 from cpn.sim.cli import main
-from cpn.sim.estimators import NoisyEstimator, OracleEstimator
-from cpn.sim.world import JobRecord, PlanFn, SimResult, World, truth_for
+from cpn.sim.world import JobRecord, PlanFn, SimResult
 
 # One 4-GPU V100 node: jobs of 1-4 GPUs queue behind one another; durations vary.
 TRACE = [
@@ -30,13 +29,7 @@ TRACE = [
 
 
 def run(policy: str, trace=TRACE, *, noisy: float | None = None, **kw) -> SimResult:
-    cl = clusters({"a": [(1, "V100", 4)]})
-    truth = truth_for(trace, cl.reference_gpu)
-    estimator = (
-        OracleEstimator(truth) if noisy is None else NoisyEstimator(truth, sigma=noisy, seed=3)
-    )
-    world = World(trace, cl, preset_policy(policy), estimator, truth=truth, eta=True, **kw)
-    return world.run()
+    return run_with_eta(trace, policy, node_gpus=4, noisy=noisy, seed=3, **kw)
 
 
 def test_first_eta_is_what_project_returns_on_that_snapshot():

@@ -5,14 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from simkit import DATA, clusters, tjob
+from etakit import run_with_eta
+from simkit import DATA, tjob
 
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
-from cpn.core.presets import preset_policy
 from cpn.sim import eta_accuracy
 from cpn.sim.cli import main
-from cpn.sim.estimators import NoisyEstimator, OracleEstimator
-from cpn.sim.world import SimResult, World, truth_for
+from cpn.sim.world import SimResult
 
 PERIOD_S = 3000.0
 
@@ -33,13 +32,7 @@ def overtaking_trace(periods: int) -> list:
 
 
 def run(trace: list, policy: str = "sjf", noisy: float | None = None, **kw: object) -> SimResult:
-    cl = clusters({"a": [(1, "V100", 2)]})
-    truth = truth_for(trace, cl.reference_gpu)
-    estimator = (
-        OracleEstimator(truth) if noisy is None else NoisyEstimator(truth, sigma=noisy, seed=5)
-    )
-    world = World(trace, cl, preset_policy(policy), estimator, truth=truth, eta=True, **kw)
-    return world.run()
+    return run_with_eta(trace, policy, node_gpus=2, noisy=noisy, seed=5, **kw)
 
 
 def test_systematic_overtaking_is_learnt_and_corrected():
