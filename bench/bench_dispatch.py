@@ -66,17 +66,29 @@ def direct_manifest(job: Any, run: str) -> dict[str, Any]:
     }
 
 
+def seen_quantiles(watch: JobWatch, keys: list[str], t0: float) -> dict[str, float]:
+    """Seconds from the start until a quarter, half, ... of the member Jobs were seen."""
+    seen = sorted(watch.seen[key] - t0 for key in keys)
+    return {
+        f"p{q}": round(seen[min(len(seen) - 1, len(seen) * q // 100)], 2) for q in (25, 50, 75, 90)
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=16, help="client threads (both phases)")
+    parser.add_argument(
+        "--operator-workers", type=int, default=0, help="the operator's dispatch threads"
+    )
     parser.add_argument("--keep-bed", action="store_true", help="leave the bed running")
     parser.add_argument("--profile", type=Path, help="py-spy output (collapsed stacks)")
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cpn-bench-dispatch-"))
     out: dict[str, Any] = {"bench": "dispatch", "n": args.n, "workers": args.workers}
-    with operator_on_bed(args.keep_bed, folder / "operator.log") as op:
+    settings = {"dispatch_workers": args.operator_workers} if args.operator_workers else {}
+    with operator_on_bed(args.keep_bed, folder / "operator.log", **settings) as op:
         tb = op.tb
         out["bed"] = {
             "members": list(tb.members),
@@ -105,6 +117,7 @@ def main() -> int:
         out["cpn"] = {
             "apply_s": round(applied - t0, 2),
             "all_member_jobs_s": round(done - t0, 2),
+            "seen_s": seen_quantiles(cpn_watch, uids, t0),
             "spread": spread,
             "cpu_s": cpu_cpn,
         }
@@ -150,6 +163,7 @@ def main() -> int:
         out["direct"] = {
             "create_calls_s": round(created - t1, 2),
             "all_jobs_s": round(done_direct - t1, 2),
+            "seen_s": seen_quantiles(direct_watch, [b["metadata"]["name"] for _, b in work], t1),
             "cpu_s": cpu_direct,
         }
         cpn_s = done - t0

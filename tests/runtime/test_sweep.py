@@ -1,12 +1,13 @@
-"""The sweep's rule for which member Jobs go: orphans and stale attempts, never the live
-attempt, the finished one, or one dispatched just before a crash and not yet recorded."""
+"""The restart rules: which member Jobs the sweep deletes (orphans and stale attempts, never
+the live attempt, the finished one, or one dispatched just before a crash and not yet
+recorded), and which records go back to the queue (Dispatched, but no member has the Job)."""
 
 from __future__ import annotations
 
 import pytest
 
 from cpn.api import constants as k
-from cpn.runtime.engine import why_stale
+from cpn.runtime.engine import uncreated, why_stale
 from cpn.runtime.store import Record
 
 
@@ -57,3 +58,20 @@ def test_a_job_dispatched_before_its_status_landed_is_kept() -> None:
     requeued = record(k.PHASE_QUEUED, 1)  # attempt 1 failed or was preempted
     assert why_stale(requeued, "m1", "a-1", 1) is not None
     assert why_stale(requeued, "m1", "a-2", 2) is None
+
+
+def test_a_dispatched_record_without_its_job_is_found() -> None:
+    """The status said Dispatched (written, then a crash before the create): the synced
+    member has no such Job, so the record is found; one whose Job exists is not."""
+    cut_off = record(k.PHASE_DISPATCHED, 1, cluster="m1", member_job="a-1")
+    landed = record(k.PHASE_RUNNING, 2, cluster="m1", member_job="b-2")
+    assert uncreated([cut_off, landed], {"m1": {"b-2": {}}}) == [cut_off]
+
+
+def test_records_on_an_unsynced_member_or_not_active_are_not_judged() -> None:
+    """A member whose Jobs are not listed yet proves nothing; a queued or finished
+    record has no Job to miss."""
+    away = record(k.PHASE_DISPATCHED, 1, cluster="m2", member_job="a-1")
+    queued = record(k.PHASE_QUEUED, 1)
+    done = record(k.PHASE_SUCCEEDED, 1, cluster="m1", member_job="a-1")
+    assert uncreated([away, queued, done], {"m1": {}}) == []

@@ -11,7 +11,13 @@ member Job is created under a name derived from the AIJob's UID and attempt
 (AlreadyExists counts as success), (3) the AIJob's status is patched. After a
 restart the member Jobs' origin labels are matched back to their AIJobs before
 the first cycle runs, so a Job created just before a crash is adopted, not
-created twice.
+created twice; a record that reads Dispatched but whose Job no member has (the
+crash came between a status write and the create) goes back to the queue.
+
+Creates are pipelined: a cycle does (1) and launches (2) and (3) as tasks, and
+the next cycle plans while they are in flight (their records already hold
+their GPUs). A record's status is not written while its create is in flight,
+so (3) never precedes (2).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,8 +62,9 @@ log = logging.getLogger(__name__)
 
 #: Threads for AIJob status patches and Events.
 WRITE_WORKERS = 8
-#: A cycle starting this many jobs is a burst: for a second after it, hub writes run at a
-#: tenth of their pace (the submissions and dispatches come first; statuses merge meanwhile).
+#: Cycles starting this many jobs within BURST_YIELD_S are a burst: for a second after it,
+#: hub writes run at a tenth of their pace (submissions and dispatches first; statuses merge
+#: meanwhile). Counted over a window, as pipelined cycles come often and start few each.
 BURST_STARTS = 10
 BURST_YIELD_S = 1.0
 #: An AIJob's position, score and ETA alone are rewritten at most this often...
@@ -103,6 +110,8 @@ class Runtime:
         _widen_pool(hub, config.dispatch_workers + WRITE_WORKERS)
         self._writer: asyncio.Task[None] | None = None
         self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
+        self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
+        self._recent_starts: list[tuple[float, int]] = []  # (monotonic, starts) of cycles
         self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
@@ -545,6 +554,7 @@ class Runtime:
         await self.watch_hub()
         await self.connect_members()
         await self.wait_synced()
+        self._requeue_uncreated()
         self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
         self._write_workers = [
             asyncio.get_running_loop().create_task(self._write_worker())
@@ -659,8 +669,11 @@ class Runtime:
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
-        if len(plan.starts) >= BURST_STARTS:
-            self.hub_writes.yield_to(time.monotonic() + BURST_YIELD_S)
+        now = time.monotonic()
+        self._recent_starts = [(t, n) for t, n in self._recent_starts if now - t < BURST_YIELD_S]
+        self._recent_starts.append((now, len(plan.starts)))
+        if sum(n for _, n in self._recent_starts) >= BURST_STARTS:
+            self.hub_writes.yield_to(now + BURST_YIELD_S)
         await self.apply(plan, snapshot)
         self._cycle_end = time.monotonic()
         self.observer.cycle_applied(time.perf_counter() - began)
@@ -724,6 +737,9 @@ class Runtime:
             record = self.store.records.get(preempt.job_key)
             if record is None:
                 continue
+            inflight = self._inflight.get(record.key)
+            if inflight is not None:
+                await inflight  # delete what the create made, not before it lands
             member = self.members.get(record.cluster)
             if member is not None and record.member_job:
                 await self.call(_quiet, member.delete_job, record.member_job)
@@ -733,8 +749,10 @@ class Runtime:
             self._event(record, "Preempted", preempt.reason, warning=True)
             self._clear_placement(record)
             self._write_soon(record)
-        starts = [s for s in plan.starts if s.job_key in self.store.records]
-        await asyncio.gather(*(self._dispatch(self.store.records[s.job_key], s) for s in starts))
+        for start in plan.starts:
+            record = self.store.records.get(start.job_key)
+            if record is not None:
+                self._dispatch(record, start)
         for position, hold in enumerate(plan.holds, start=1):
             record = self.store.records.get(hold.job_key)
             if record is None or record.active or record.finished:
@@ -769,7 +787,8 @@ class Runtime:
                 self._event(record, "InvalidSpec", record.invalid, warning=True)
         self._write_all_soon()
 
-    async def _dispatch(self, record: Record, start: Start) -> None:
+    def _dispatch(self, record: Record, start: Start) -> None:
+        """Assume the start (the record holds its GPUs from now) and launch the create."""
         member = self.members.get(start.cluster)
         if member is None or record.job is None:
             return
@@ -800,28 +819,75 @@ class Runtime:
         )
         if self.config.dry_run:
             return
+        task = asyncio.get_running_loop().create_task(
+            self._create(record, member, manifest, attempt)
+        )
+        self._inflight[record.key] = task
+        task.add_done_callback(lambda done: self._landed(record.key, done))
+
+    def _landed(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+
+    async def _create(
+        self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
+    ) -> None:
+        """Create the member Job of a dispatched record; on failure put it back in the queue."""
+        name = manifest["metadata"]["name"]
+
+        def superseded() -> bool:  # requeued, preempted, suspended or deleted meanwhile
+            return (
+                self.store.records.get(record.key) is not record
+                or record.attempts != attempt
+                or record.member_job != name
+            )
+
         try:
             if not leading():
                 raise RuntimeError("this replica is no longer the leader")
             uid = await self.call(member.create_job, manifest)
         except Exception as err:  # member unreachable or refusing: requeue, attempt not counted
+            if superseded():
+                return  # nothing of ours exists
             record.attempts = attempt - 1
             record.phase = k.PHASE_QUEUED
             record.reason = "DispatchFailed"
-            self.observer.dispatch_failed(start.cluster)
-            record.message = f"could not create the Job on {start.cluster}: {err}"[:500]
+            self.observer.dispatch_failed(member.name)
+            record.message = f"could not create the Job on {member.name}: {err}"[:500]
             log.warning("dispatch of %s failed: %s", record.key, err)
             self._clear_placement(record)
             self._event(record, "DispatchFailed", record.message, warning=True)
+            self._write_soon(record)
+            return
+        if superseded():
+            log.info("member Job %s/%s outlived its dispatch: deleting it", member.name, name)
+            await self.call(_quiet, member.delete_job, name)
             return
         self.observer.dispatched(record)
         self.calibrator.started(record.key, self.clock())
         self._event(record, "Dispatched", record.message)
-        existing = member.jobs.get(record.member_job)
+        self._write_soon(record)
+        existing = member.jobs.get(name)
         if not uid and existing is not None:
             # It existed already (made before a crash): its watch events may all be past,
             # so take its state from the mirror now or a finished Job would never be seen.
             self._follow(member, "MODIFIED", existing)
+
+    def _requeue_uncreated(self) -> None:
+        """After a restart: a record whose status says Dispatched but whose member Job the
+        (synced) member does not have was cut off between status write and create."""
+        mirrors = {name: m.jobs for name, m in self.members.items() if m.synced()}
+        for record in uncreated(self.store.active(), mirrors):
+            record.phase = k.PHASE_QUEUED
+            record.reason = "MemberJobMissing"
+            record.message = (
+                f"member Job {record.member_job} is not on {record.cluster} (the operator "
+                "stopped before creating it, or it was deleted meanwhile): queued again"
+            )
+            log.warning("%s: %s", record.key, record.message)
+            self._event(record, "Requeued", record.message, warning=True)
+            self._clear_placement(record)
+            self._write_soon(record)
 
     # -- status --------------------------------------------------------------------------------
     def render_status(self, record: Record) -> dict[str, Any]:
@@ -959,6 +1025,8 @@ class Runtime:
         """Merge-patch the AIJob's status with what changed since the last write."""
         if record.deleting or record.key not in self.store.records:
             return
+        if record.key in self._inflight:
+            return  # its create first; it queues the write when it lands
         status = self.render_status(record)
         record.written_sig = _signature(record)
         record.written_at = time.monotonic()
@@ -1161,6 +1229,16 @@ def why_stale(record: Record | None, cluster: str, name: str, attempt: int) -> s
     if record.phase == k.PHASE_QUEUED and attempt > record.attempts:
         return None  # dispatched but not yet recorded: adopted, or found again by its name
     return f"attempt {attempt} is stale ({record.key} is {record.phase}, attempt {record.attempts})"
+
+
+def uncreated(records: Iterable[Record], mirrors: Mapping[str, Container[str]]) -> list[Record]:
+    """The active records whose member Job is missing from their member's mirror (members
+    not in ``mirrors``, not synced, are not judged)."""
+    return [
+        r
+        for r in records
+        if r.active and r.cluster in mirrors and r.member_job not in mirrors[r.cluster]
+    ]
 
 
 def _patch_status(custom: Any, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
