@@ -135,7 +135,7 @@ class Runtime:
         self._eta_wall_s = 0.0  # how long the last ETA projection took
         # Projected waits scaled by how much later than projected jobs really started.
         self.calibrator = WaitCalibrator()
-        self._plan_wall_s = 0.0  # how long the last plan_cycle took
+        self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
         self._cycle_end = 0.0
         self.observer = Observer(config)
 
@@ -395,7 +395,12 @@ class Runtime:
                 self._follow(member, "ADDED", item)
             if self.loop is not None:  # back after an outage: remove stale attempts at once
                 self.loop.create_task(self.sweep())
-        if kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
+        if kind == "jobs":
+            # A Job that ends frees GPUs: _follow kicks then. Its other changes (created,
+            # ready) free nothing, and a burst of dispatches would otherwise cycle per Job.
+            if event in {"LIST", "SYNCED", "ERROR"}:
+                self.kick()
+        elif kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
             self.kick()
 
     # -- following member Jobs -----------------------------------------------------------------
@@ -564,9 +569,9 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
             await asyncio.sleep(self.config.debounce_s)
-            # Pace: plan_cycle (a thread holding the GIL) gets at most half of the time, so
-            # events, dispatches and status writes keep flowing with a long queue.
-            rest = self._plan_wall_s - (time.monotonic() - self._cycle_end)
+            # Pace: cycles (plan_cycle is a thread holding the GIL) get at most half of the
+            # time, so events, dispatches and status writes keep flowing with a long queue.
+            rest = self._cycle_wall_s - (time.monotonic() - self._cycle_end)
             if rest > 0:
                 await asyncio.sleep(rest)
             self._kick.clear()
@@ -611,6 +616,12 @@ class Runtime:
         clusters = []
         bandwidth: dict[str, dict[str, float]] = {}
         now = time.monotonic()
+        started: dict[str, dict[str, float]] = {}  # member -> node -> latest start on it
+        for record in self.store.active():
+            began = record.start_s or record.dispatch_s
+            on = started.setdefault(record.cluster, {})
+            for node in record.nodes:
+                on[node] = max(on.get(node, 0.0), began)
         for name, member in sorted(self.members.items()):
             ready, why = member.ready(self.config.member_grace_s)
             self.member_status[name] = (ready, why)
@@ -619,23 +630,19 @@ class Runtime:
             else:
                 self._not_ready_since.setdefault(name, now)
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
-            clusters.append(member.cluster(ours, ready=ready, cpu_util=self._cpu_util(name)))
+            util = self._cpu_util(name, started.get(name, {}))
+            clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
         self._views = {c.name: c for c in clusters}
         self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
         return clusters, bandwidth
 
-    def _cpu_util(self, member: str) -> dict[str, float]:
-        """Trusted node CPU utilisation of a member (stale samples left out)."""
+    def _cpu_util(self, member: str, started: Mapping[str, float]) -> dict[str, float]:
+        """Trusted node CPU utilisation of a member (samples older than the latest start of
+        a cpn job on the node left out)."""
         source = self.metrics.get(member)
         if source is None:
             return {}
-        started: dict[str, float] = {}
-        for record in self.store.active():
-            if record.cluster == member:
-                for node in record.nodes:
-                    began = record.start_s or record.dispatch_s
-                    started[node] = max(started.get(node, 0.0), began)
         return source.cpu_util(self.clock(), started)
 
     async def metrics_loop(self, period_s: float = 10.0) -> None:
@@ -654,7 +661,6 @@ class Runtime:
         started = time.perf_counter()
         plan = await asyncio.to_thread(plan_cycle, snapshot)
         wall = time.perf_counter() - started
-        self._plan_wall_s = wall
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
         fields = {
@@ -676,7 +682,8 @@ class Runtime:
             self.hub_writes.yield_to(now + BURST_YIELD_S)
         await self.apply(plan, snapshot)
         self._cycle_end = time.monotonic()
-        self.observer.cycle_applied(time.perf_counter() - began)
+        self._cycle_wall_s = time.perf_counter() - began
+        self.observer.cycle_applied(self._cycle_wall_s)
         self._maybe_project()
         return plan
 
