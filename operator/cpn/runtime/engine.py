@@ -62,9 +62,9 @@ log = logging.getLogger(__name__)
 
 #: Threads for AIJob status patches and Events.
 WRITE_WORKERS = 8
-#: Cycles starting this many jobs within BURST_YIELD_S are a burst: for a second after it,
-#: hub writes run at a tenth of their pace (submissions and dispatches first; statuses merge
-#: meanwhile). Counted over a window, as pipelined cycles come often and start few each.
+#: Cycles starting this many jobs within BURST_YIELD_S, or this many member Job creates in
+#: flight, are a burst: until a second after it, hub writes run at a tenth of their pace
+#: (submissions and dispatches first; statuses merge meanwhile).
 BURST_STARTS = 10
 BURST_YIELD_S = 1.0
 #: An AIJob's position, score and ETA alone are rewritten at most this often...
@@ -835,6 +835,8 @@ class Runtime:
     def _landed(self, key: str, task: asyncio.Task[None]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
+        if len(self._inflight) >= BURST_STARTS:  # a backlog of creates still goes first
+            self.hub_writes.yield_to(time.monotonic() + BURST_YIELD_S)
 
     async def _create(
         self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
