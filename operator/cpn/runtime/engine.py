@@ -62,9 +62,8 @@ log = logging.getLogger(__name__)
 
 #: Threads for AIJob status patches and Events.
 WRITE_WORKERS = 8
-#: Cycles starting this many jobs within BURST_YIELD_S, or this many member Job creates in
-#: flight, are a burst: until a second after it, hub writes run at a tenth of their pace
-#: (submissions and dispatches first; statuses merge meanwhile).
+#: This many member Job creates in flight are a burst: until a second after it, hub writes
+#: run at a tenth of their pace (submissions and dispatches first; statuses merge meanwhile).
 BURST_STARTS = 10
 BURST_YIELD_S = 1.0
 #: An AIJob's position, score and ETA alone are rewritten at most this often...
@@ -111,7 +110,6 @@ class Runtime:
         self._writer: asyncio.Task[None] | None = None
         self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
         self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
-        self._recent_starts: list[tuple[float, int]] = []  # (monotonic, starts) of cycles
         self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
@@ -675,11 +673,6 @@ class Runtime:
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
-        now = time.monotonic()
-        self._recent_starts = [(t, n) for t, n in self._recent_starts if now - t < BURST_YIELD_S]
-        self._recent_starts.append((now, len(plan.starts)))
-        if sum(n for _, n in self._recent_starts) >= BURST_STARTS:
-            self.hub_writes.yield_to(now + BURST_YIELD_S)
         await self.apply(plan, snapshot)
         self._cycle_end = time.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
@@ -760,6 +753,7 @@ class Runtime:
             record = self.store.records.get(start.job_key)
             if record is not None:
                 self._dispatch(record, start)
+        self._yield_to_creates()
         for position, hold in enumerate(plan.holds, start=1):
             record = self.store.records.get(hold.job_key)
             if record is None or record.active or record.finished:
@@ -835,7 +829,11 @@ class Runtime:
     def _landed(self, key: str, task: asyncio.Task[None]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
-        if len(self._inflight) >= BURST_STARTS:  # a backlog of creates still goes first
+        self._yield_to_creates()
+
+    def _yield_to_creates(self) -> None:
+        """A backlog of member Job creates goes before hub status writes and Events."""
+        if len(self._inflight) >= BURST_STARTS:
             self.hub_writes.yield_to(time.monotonic() + BURST_YIELD_S)
 
     async def _create(
