@@ -1,53 +1,78 @@
 # The only entry points people and CI use. `make help` lists them.
-PY      ?= python3
-PYTEST  ?= $(PY) -m pytest
+#
+# Everything runs in the project's own virtual environment, $(VENV), made on first use
+# from whichever Python 3.11 is on PATH and remade whenever pyproject.toml changes;
+# nothing is installed into that Python itself. The test bed's system parts (apt
+# packages, the Go-built control planes cached outside the work tree) come from
+# testbed/setup.sh, run by the targets that need them.
+VENV    ?= .venv
+BASEPY  ?= python3
+PY      := $(VENV)/bin/python
+PYTEST  := $(PY) -m pytest
+STAMP   := $(VENV)/.installed
 TRACE   ?= tests/data/tiny.csv
 CLUSTERS?= tests/data/small-clusters.yaml
 POLICY  ?= fifo,sjf,oracle,las,gavel,default
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_ROOT_USER_ACTION := ignore
 
-.PHONY: help install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
+.PHONY: help venv bed install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-install: ## editable install with the dev tools
-	$(PY) -m pip install -q -e '.[dev]'
+$(STAMP): pyproject.toml
+	@$(BASEPY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+	  || { echo "make: cpn needs Python 3.11 as '$(BASEPY)' (got $$($(BASEPY) --version)); set BASEPY=" >&2; exit 1; }
+	@echo "make: creating $(VENV) with the project and its dev tools (about 1-2 minutes cold)"
+	@rm -rf $(VENV)
+	@$(BASEPY) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+	@echo "make: $(VENV) ready"
 
-fmt: ## format and auto-fix
+venv: $(STAMP) ## the project's virtual environment (made on first use, remade when pyproject.toml changes)
+
+install: venv ## same as venv
+
+bed: ## the test bed's system parts: apt packages and the Go build (cold 5-15 min, then cached)
+	@bash testbed/setup.sh
+
+fmt: venv ## format and auto-fix
 	$(PY) -m ruff format operator predictor testbed tests bench
 	$(PY) -m ruff check --fix operator predictor testbed tests bench
 
-lint: ## ruff + mypy --strict
+lint: venv ## ruff + mypy --strict
 	$(PY) -m ruff check operator predictor testbed tests bench
 	$(PY) -m ruff format --check operator predictor testbed tests bench
 	$(PY) -m mypy
 
-test: lint ## every test, the end-to-end ones on the test bed included (CI runs this)
+test: lint bed ## every test, the end-to-end ones on the test bed included (CI runs this)
 	$(PYTEST) tests
 
-test-fast: ## unit tests only, no test bed
+test-fast: venv ## unit tests only, no test bed
 	$(PYTEST) tests -m 'not e2e'
 
-sim: ## simulate TRACE on CLUSTERS with POLICY (comma-separated); report in out/sim/report.md
+sim: venv ## simulate TRACE on CLUSTERS with POLICY (comma-separated); report in out/sim/report.md
 	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY) --report out/sim
 
-sim-philly: ## the README's table: fifo, oracle and default on Gavel's five Philly traces (~20 min); reports in out/philly/<trace>/report.md
+sim-philly: venv ## the README's tables: fifo, oracle, las, sjf and default on Gavel's traces (labelled and not) and the Philly windows; reports in out/philly/
 	$(PY) -m cpn simulate philly --out out/philly --json
 
-bench: ## benchmarks; each prints JSON
+bench: venv bed ## benchmarks; each prints JSON
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-demo: ## the main job on the local test bed: clusters up, operator running, AIJobs scheduled and shown
-	bash testbed/setup.sh
+demo: venv bed ## the main job on the local test bed: clusters up, operator running, AIJobs scheduled and shown
 	$(PY) -m cpn demo
 
-testbed-up: ## start hub + member clusters on 127.0.0.1
+testbed-up: venv bed ## start hub + member clusters on 127.0.0.1
 	$(PY) -m cpn testbed up
 
-testbed-down: ## stop the test bed, leaving no process behind
+testbed-down: venv ## stop the test bed, leaving no process behind
 	$(PY) -m cpn testbed down
 
-testbed-status: ## health of every test-bed component
+testbed-status: venv ## health of every test-bed component
 	$(PY) -m cpn testbed status
 
 check: test

@@ -52,12 +52,18 @@ _NORMAL = NormalDist()
 
 @dataclass(frozen=True, slots=True)
 class Projection:
-    """Predicted start and end of one job (instants, like ``snapshot.now_s``)."""
+    """Predicted start and end of one job (instants, like ``snapshot.now_s``).
+
+    ``start_low_s`` and ``start_high_s`` bound the start with the runtimes' uncertainty
+    (the 20th and 80th percentiles of the start); None when not computed.
+    """
 
     start_s: float
     end_s: float
     cluster: str
     gpu_type: str
+    start_low_s: float | None = None
+    start_high_s: float | None = None
 
 
 Delta = dict[tuple[str, str], tuple[float, float, float]]
