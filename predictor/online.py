@@ -22,10 +22,11 @@ first, all answered from memory (the scheduling path never trains and never wait
 Runtime = ``work / throughput`` where work is ``dataset_samples x epochs`` or
 ``steps x batch_size`` (samples). A job that gives steps but no batch size is assumed to
 use its model's median benchmarked batch size (the correction then learns the rest). A
-job with no declared work at all is predicted from the runtimes of earlier jobs, most
-specific key first: (model, user, GPUs), (model, user), (model, GPUs), (model), (user);
-runtimes are normalised to ``reference_gpu`` by the throughput ratio. Failing that, the
-user's estimate, then ``default_s``.
+job with no declared work at all is predicted from the runtimes of earlier jobs: a
+log-normal law fitted over the keys it shares with them, (model, user, GPUs) down to
+(group) and all jobs, by hierarchical shrinkage (:mod:`predictor.runtimes`); runtimes
+are normalised to ``reference_gpu`` by the throughput ratio. Before any job finished:
+the user's estimate, then ``default_s``.
 
 A model with no benchmark and no observation is **unseen**: its runtime is the high
 (90th percentile) estimate, its ``high_s`` higher still, and ``Estimate.unseen`` is set
@@ -34,7 +35,6 @@ so that the policy can run it alone first.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import threading
@@ -54,6 +54,7 @@ from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
 from predictor.model import Measurement, Query, ThroughputModel, measurements_from_table
+from predictor.runtimes import RuntimeHistory
 
 log = logging.getLogger("predictor")
 
@@ -163,7 +164,7 @@ class PredictorEstimator:
         self._pair: dict[tuple[str, str, int], _Stat] = defaultdict(_Stat)
         self._per_model_gpus: dict[tuple[str, int], _Stat] = defaultdict(_Stat)
         self._per_model: dict[str, _Stat] = defaultdict(_Stat)
-        self._runtimes: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+        self.runtimes = RuntimeHistory()
         self._seen_models: set[str] = set()
         self._observed = 0
         self._trained_keys = self._keys_of(self.model.measurements)
@@ -281,19 +282,6 @@ class PredictorEstimator:
         source = "predictor-unseen" if unseen else "predictor"
         return _make_estimate(runtime, high, unseen=unseen, source=source)
 
-    def _runtime_keys(self, work: JobWork) -> list[tuple[Any, ...]]:
-        keys: list[tuple[Any, ...]] = []
-        if work.model:
-            keys += [
-                ("mug", work.model, work.user, work.gpus),
-                ("mu", work.model, work.user),
-                ("mg", work.model, work.gpus),
-                ("m", work.model),
-            ]
-        if work.user:
-            keys.append(("u", work.user))
-        return keys
-
     def _ratio(self, work: JobWork, src: str, dst: str) -> float:
         """Speed-up of ``dst`` over ``src`` for this job, from the model's throughputs."""
         if src == dst:
@@ -307,27 +295,19 @@ class PredictorEstimator:
     def _from_runtimes(
         self, job: Job, work: JobWork, gpu_types: Sequence[str], unseen: bool
     ) -> Estimate:
-        median = high = None
-        source = "predictor-history"
         with self._lock:
-            for key in self._runtime_keys(work):
-                values = self._runtimes.get(key)
-                if values:
-                    median = math.exp(values[len(values) // 2])
-                    if len(values) >= 5:
-                        high = math.exp(values[min(len(values) - 1, int(0.9 * len(values)))])
-                    else:
-                        high = 2.0 * median
-                    unseen = False
-                    break
-            if median is None:
+            law = self.runtimes.law(work.model, work.user, work.group, work.gpus)
+            if law is not None:
+                median, high = law.median_s, law.p90_s
+                source = f"predictor-history:{law.key}(n={law.n})"
+                unseen = False
+            else:
                 user_s = getattr(job, "user_estimate_s", None)
                 if user_s is not None and user_s > 0:
                     median, high, source = float(user_s), float(user_s), "predictor-user"
                 else:
                     median, high, source = self.default_s, self.default_s, "predictor-default"
                     unseen = True
-            assert high is not None
             runtime, highs = {}, {}
             for name in gpu_types:
                 ratio = self._ratio(work, self.reference_gpu, _gpu(name))
@@ -376,8 +356,7 @@ class PredictorEstimator:
         with self._lock:
             ratio = self._ratio(work, self.reference_gpu, gpu)
             on_reference = actual_s * ratio
-            for key in self._runtime_keys(work):
-                bisect.insort(self._runtimes[key], math.log(on_reference))
+            self.runtimes.add(work.model, work.user, work.group, work.gpus, on_reference)
             if amount is not None and work.model:
                 obs = _Obs(work.model, gpu, batch, work.gpus, work.precision, amount / actual_s)
                 self._obs.append(obs)

@@ -288,10 +288,13 @@ def test_work_conserving_by_default_starts_on_the_slower_gpu():
     assert [s.cluster for s in plan.starts] == ["slow"]
 
 
-def test_las_preempts_the_job_with_most_service():
-    """Under las a fresh job preempts a running job that already received a lot of service."""
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_las_preempts_the_job_with_most_service_only_if_it_checkpoints(checkpoint: bool):
+    """Under las a fresh job preempts a running job that already received a lot of
+    service, when that job checkpoints; one that would lose all its work is never stopped."""
     c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
-    r = running(job("veteran", gpus=4), "m", A100, ("m-0",), start_s=0, end_s=99999)
+    veteran = job("veteran", gpus=4, checkpoint=checkpoint)
+    r = running(veteran, "m", A100, ("m-0",), start_s=0, end_s=99999)
     snap = snapshot(
         jobs=[job("fresh", gpus=4, submitted_s=10000)],
         clusters=[c],
@@ -300,7 +303,8 @@ def test_las_preempts_the_job_with_most_service():
         policy=preset_policy("las"),
     )
     plan = plan_cycle(snap)
-    assert [(p.job_key, p.for_key) for p in plan.preemptions] == [("veteran", "fresh")]
+    expected = [("veteran", "fresh")] if checkpoint else []
+    assert [(p.job_key, p.for_key) for p in plan.preemptions] == expected
 
 
 def test_milp_places_jointly_better_than_greedy_order():
@@ -344,9 +348,25 @@ def _free_for_all() -> tuple[Cluster, list]:
 def test_reserved_big_job_keeps_the_room_that_frees(claim, want):
     """With claim_big a big job keeps free room; without, a higher-ranked small job takes it."""
     c, jobs = _free_for_all()
-    policy = QueuePolicy(reservation=Reservation(claim_big=claim))
+    # Greedy placement: the MILP would weigh the 16-GPU job's deferral above the 1-GPU one's.
+    policy = QueuePolicy(
+        reservation=Reservation(claim_big=claim), placement=Placement(method="greedy")
+    )
     plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=100, policy=policy))
     assert [s.job_key for s in plan.starts] == want
+
+
+@pytest.mark.parametrize("method", ["milp", "greedy"])
+def test_small_jobs_ranked_after_a_bigger_one_do_not_take_its_room(method):
+    """Deferring a 4-GPU job costs what deferring four 1-GPU jobs of its rank would: four
+    1-GPU jobs ranked just after it may not take the 4 free GPUs it fits (Gavel's b436b2
+    had a 0.38 h 4-GPU job wait 118 h that way)."""
+    c = cluster("m", nodes("m", 1, gpus=4))
+    jobs = [job("four", gpus=4, submitted_s=0, runtime_s=100)]
+    jobs += [job(f"one{i}", gpus=1, submitted_s=1 + i, runtime_s=100) for i in range(4)]
+    policy = QueuePolicy(ordering="fifo", placement=Placement(method=method))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=10, policy=policy))
+    assert [s.job_key for s in plan.starts] == ["four"]
 
 
 @pytest.mark.parametrize(("drain_s", "want"), [(None, ["new"]), (3600.0, ["old"])])

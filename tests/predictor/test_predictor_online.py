@@ -93,7 +93,7 @@ def test_job_without_work_uses_history_then_user_then_default():
     after = est.estimate(_job("b", "vgg16", user="ann"), ["V100-16GB", "K80"])
     assert after.runtime_s["V100-16GB"] == pytest.approx(5000.0)
     assert after.runtime_s["K80"] > after.runtime_s["V100-16GB"]
-    assert not after.unseen and after.source == "predictor-history"
+    assert not after.unseen and after.source == "predictor-history:model+user+gpus(n=1)"
 
 
 def _learning_run(retrain_every: int) -> list[float]:

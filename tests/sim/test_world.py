@@ -234,12 +234,20 @@ def preempting_plan(snapshot: Snapshot) -> CyclePlan:
 
 
 @pytest.mark.parametrize(
-    ("checkpoint", "want_finish"), [(True, 150 + 60 + 50), (False, 150 + 60 + 100)]
+    ("checkpoint", "interval_s", "want_finish"),
+    [
+        (True, 20, 150 + 60 + 60),  # checkpoints at 20 and 40 s: 40 s kept, 10 s lost
+        (True, 1800, 150 + 60 + 100),  # no checkpoint written yet: all 50 s lost
+        (False, 20, 150 + 60 + 100),  # starts over
+    ],
 )
-def test_preemption_requeues_and_resumes_only_from_a_checkpoint(recorder, checkpoint, want_finish):
-    """A preempted job is requeued with its attained service; it keeps its progress only with a
-    checkpoint, and pays the policy's restart cost."""
-    policy = QueuePolicy(name="p", preemption=Preemption(enabled=True, restart_cost_s=60))
+def test_preemption_requeues_and_resumes_only_from_a_checkpoint(
+    recorder, checkpoint, interval_s, want_finish
+):
+    """A preempted job is requeued with its attained service; it keeps the progress up to its
+    last checkpoint only if it checkpoints, and pays the policy's restart cost."""
+    rules = Preemption(enabled=True, restart_cost_s=60, checkpoint_interval_s=interval_s)
+    policy = QueuePolicy(name="p", preemption=rules)
     jobs = [
         tjob("a", gpus=4, duration_s=100, checkpoint=checkpoint),
         tjob("b", submit_s=50, gpus=4, duration_s=100),

@@ -50,6 +50,7 @@ from cpn.core.model import (
 )
 from cpn.core.placement import Candidate, Choice, solve_window
 from cpn.core.policy import QueuePolicy
+from cpn.core.preemption import preemption_cost_gpu_s
 from cpn.core.queue import Ranked, order_jobs
 from cpn.core.quota import QuotaLedger
 from cpn.core.transfer import transfer_s
@@ -203,7 +204,10 @@ class _Cycle:
         Under a strict order a reservation does not hold room against jobs ranked
         above its holder: they block it anyway, so holding it would only idle it.
         """
-        end = self.now + cand.transfer_s + cand.runtime_s
+        # Backfill must end before the reservation starts even if it runs long: judged
+        # on the estimate's high quantile, not its median (conservative backfilling).
+        high = job.estimate.high_s.get(cand.key[1], cand.runtime_s)
+        end = self.now + cand.transfer_s + max(cand.runtime_s, high)
         strict = self.policy.ordering in STRICT_ORDERINGS
         mine = self.position.get(job.key, 0)
         return [
@@ -700,7 +704,20 @@ class _Cycle:
             [*running_jobs, *(r.job for r in blocked)], self.snapshot, self.capacity.gpu_types()
         )
         rank_of = {r.job.key: (r.level, -r.score) for r in combined}
-        gap = self.policy.preemption.min_priority_gap
+        rules = self.policy.preemption
+        gap = rules.min_priority_gap
+        # Under the formula, scores are GPU-seconds: a victim must rank below by more
+        # than the GPU-seconds its preemption wastes (see cpn.core.preemption).
+        priced = self.policy.ordering == "cpn"
+        cost = {
+            r.job.key: preemption_cost_gpu_s(r, now, rules) if priced else 0.0
+            for r in self.snapshot.running
+        }
+        movable = {
+            r.job.key
+            for r in self.snapshot.running
+            if r.job.checkpoint and now - r.start_s >= rules.min_run_s
+        }
         victims_taken: set[str] = set()
         out: list[Preempt] = []
         by_key = {r.job.key: r for r in self.snapshot.running}
@@ -710,9 +727,10 @@ class _Cycle:
                 (
                     r
                     for r in self.snapshot.running
-                    if r.job.key not in victims_taken
+                    if r.job.key in movable
+                    and r.job.key not in victims_taken
                     and rank_of[r.job.key][0] >= mine[0]
-                    and rank_of[r.job.key][1] - mine[1] >= gap
+                    and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
                 ),
                 key=lambda r: (rank_of[r.job.key], r.job.key),
                 reverse=True,

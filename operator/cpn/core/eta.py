@@ -34,20 +34,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
 
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape, worker_gpus
 from cpn.core.model import CyclePlan, Job, Node, Running, Snapshot, WaitReason
+from cpn.core.runtime_law import conditional_median_s, sigma_of
 
 #: How far projections go: this many future cycles at most.
 MAX_CYCLES = 400
-
-#: z-score of the 90th percentile (``Estimate.high_s``).
-_Z90 = 1.2815515655446004
-_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,16 +104,12 @@ def expected_end_s(item: Running, now_s: float) -> float:
     """
     fallback = now_s + 1.0
     median = item.job.estimate.on(item.gpu_type)
-    high = item.job.estimate.high_s.get(item.gpu_type)
+    sigma = sigma_of(median or 0.0, item.job.estimate.high_s.get(item.gpu_type))
     planned = item.predicted_end_s - item.start_s
     elapsed = now_s - item.start_s
-    if not median or not high or high <= median or planned <= 0 or elapsed <= 0:
+    if not sigma or planned <= 0 or elapsed <= 0:
         return max(item.predicted_end_s, fallback)
-    sigma = math.log(high / median) / _Z90
-    survived = _NORMAL.cdf(math.log(elapsed / planned) / sigma)
-    q = min(survived + (1.0 - survived) / 2.0, 1.0 - 1e-12)
-    end = item.start_s + planned * math.exp(sigma * _NORMAL.inv_cdf(q))
-    return max(end, fallback)
+    return max(item.start_s + conditional_median_s(planned, sigma, elapsed), fallback)
 
 
 #: Jobs at the head of the queue a focused cycle starts from (x4 each time that is not enough).

@@ -41,11 +41,16 @@ event loop only).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from cpn.core.eta import Projection
+
+#: The quantiles of the ratios an ETA's range spans (p20-p80: about 60% of starts in it).
+RANGE_LOW_Q, RANGE_HIGH_Q = 0.2, 0.8
 
 #: The key the pooled history of all queues is kept under.
 ALL_QUEUES = "\x00all"
@@ -245,6 +250,40 @@ class WaitCalibrator:
             if value is not None:
                 return value
         return self.config.prior_factor
+
+    def quantiles(
+        self, queue: str, qs: tuple[float, ...], now_s: float | None = None
+    ) -> tuple[float, ...] | None:
+        """Quantiles ``qs`` of the ratios of ``queue`` (else of all queues) at ``now_s``;
+        None while fewer than ``min_samples`` jobs were followed."""
+        for name in (queue, ALL_QUEUES):
+            values = self.ratios(name, now_s)
+            if len(values) >= self.config.min_samples:
+                return tuple(float(v) for v in np.quantile(np.asarray(values), qs))
+        return None
+
+    def state(self, queue: str, found: Projection, now_s: float) -> Projection:
+        """The ETA to tell for a projection made at ``now_s``: its start (and end) moved by
+        the calibrated wait, and the start's range: the projected wait scaled by the 20th
+        and 80th percentiles of the ratios the calibrator follows, so that about 60% of
+        actual starts fall in it (None until ``min_samples`` jobs were followed). The
+        simulator and the operator both state ETAs through this method."""
+        wait = found.start_s - now_s
+        shift = self.calibrate(queue, wait, now_s) - wait
+        low = high = None
+        if wait > 0:
+            found_q = self.quantiles(queue, (RANGE_LOW_Q, RANGE_HIGH_Q), now_s)
+            if found_q is not None:
+                floor = self.config.floor_s
+                low = now_s + min(wait * found_q[0], wait + shift)
+                high = now_s + max(max(wait, floor) * found_q[1], wait + shift)
+        return replace(
+            found,
+            start_s=found.start_s + shift,
+            end_s=found.end_s + shift,
+            start_low_s=low,
+            start_high_s=high,
+        )
 
     def calibrate(self, queue: str, projected_wait_s: float, now_s: float | None = None) -> float:
         """The wait to state at ``now_s`` for a job of ``queue`` projected to wait this long

@@ -66,9 +66,11 @@ FACTORS: Mapping[str, str] = MappingProxyType(
         "priority": "the job's own priority (integer, higher is more urgent)",
         "gpus": "GPUs asked in total (workers × GPUs per worker; fractional when shared)",
         "workers": "number of workers (pods) of the job",
-        "runtime_s": "shortest predicted runtime over the GPU types it may use, in seconds",
+        "runtime_s": "predicted remaining runtime on the fastest GPU type it may use, in "
+        "seconds (given the service it already received, for a job that ran before)",
         "gpu_time_s": "predicted GPU-time: gpus × runtime_s, in GPU-seconds",
         "wait_s": "seconds since the job was submitted",
+        "mean_wait_s": "mean wait_s of the jobs ranked in this cycle (same for every job)",
         "service_s": "GPU-seconds the job already received in earlier attempts",
         "quota_used": "share (0..1) of the job's group quota in use now",
         "user_level": "the user's level from the policy's user_levels (0 if unlisted)",

@@ -99,6 +99,7 @@ class Job:
     not_before_s: float = 0.0  # retry backoff: not eligible before this instant
     suspended: bool = False
     checkpoint: bool = False  # may be preempted and resume from a checkpoint
+    checkpoint_interval_s: float | None = None  # None: the policy's preemption default
 
     @property
     def gpus(self) -> float:

@@ -10,10 +10,11 @@ where ``cost = transfer_weight * transfer_s + runtime_weight * runtime_s``.
 With ``placement.wait_for_faster``, ``defer(j) = wait_weight * (time until it
 would fit as running jobs end) + its best cost``, so a job may wait for a
 faster GPU type; without it (the default) ``defer(j)`` is a penalty larger than
-any cost, so the solver first starts as much (rank-weighted) work as fits and
-only then minimises completion time: work-conserving. ``w_j`` halves every
-:data:`RANK_HALF_LIFE` ranks, so the queue order decides contention unless a
-lower-ranked job gains much more.
+any cost, so the solver first starts as much weighted work as fits and only
+then minimises completion time: work-conserving. ``w_j`` (:func:`defer_weights`)
+halves every :data:`RANK_HALF_LIFE` ranks and grows with the job's GPUs, but never
+above a higher-ranked job's: the queue order decides contention unless lower-ranked
+jobs gain much more, and small jobs ranked after a bigger one cannot take its room.
 Constraints: GPUs, CPU and memory of each group; nodes held by a reservation
 only for jobs that end before it starts; group and user quotas (total and per
 GPU type); one choice per job.
@@ -84,6 +85,27 @@ def greedy_is_optimal(
     return all(need <= capacity.free_gpus(key) + 1e-9 for key, need in demand.items())
 
 
+def defer_weights(window: Sequence[Ranked]) -> list[float]:
+    """Each job's weight in the objective: by rank and by size, never above a higher rank's.
+
+    ``w_j = max(g_j * 0.5 ** (j / RANK_HALF_LIFE), w_{j+1} * 2 ** (1 / RANK_HALF_LIFE))``
+    with ``g_j`` the job's GPUs: deferring a 4-GPU job costs what deferring four 1-GPU
+    jobs of its rank would, so 1-GPU jobs ranked just after it cannot take its room
+    cycle after cycle (weighing by rank alone let them: on Gavel's trace b436b2 a 4-GPU
+    job of 0.38 h waited 118 h); and a job never weighs less than one ranked below it,
+    so a small job still wins a conflict with a bigger job ranked just after it.
+    """
+    step = 0.5 ** (1.0 / RANK_HALF_LIFE)
+    out = [0.0] * len(window)
+    after = 0.0
+    for j in range(len(window) - 1, -1, -1):
+        gpus = window[j].job.gpus
+        out[j] = after = max(
+            (gpus if gpus > 0 else 1.0) * 0.5 ** (j / RANK_HALF_LIFE), after / step
+        )
+    return out
+
+
 def solve_window(
     window: Sequence[Ranked],
     choices: Mapping[str, Sequence[Choice]],
@@ -104,8 +126,9 @@ def solve_window(
     x: dict[tuple[int, int], pulp.LpVariable] = {}
     y: dict[int, pulp.LpVariable] = {}
     objective = []
+    weights = defer_weights(window)
     for j, item in enumerate(window):
-        weight = 0.5 ** (j / RANK_HALF_LIFE)
+        weight = weights[j]
         options = choices.get(item.job.key, ())
         y[j] = problem.add_variable(f"y_{j}", 0, 1, cat="Binary")
         defer = defer_cost.get(item.job.key, math.inf)

@@ -141,11 +141,22 @@ class Placement:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preemption:
-    """Optional preemption of lower-priority running jobs."""
+    """Optional preemption of running jobs that checkpoint, priced honestly.
+
+    Only a job that declares a checkpoint (``Job.checkpoint``) is ever preempted. Each
+    preemption costs its victim ``restart_cost_s`` (start-up and reload) plus the work
+    done since its last checkpoint; a job checkpoints every ``checkpoint_interval_s``
+    of compute unless it says otherwise (``Job.checkpoint_interval_s``). A preemption
+    happens only when the waiting job ranks above the victim by more than the GPU-seconds
+    it wastes (``min_priority_gap`` on top, in score units), and never to a job that ran
+    less than ``min_run_s`` in its current attempt.
+    """
 
     enabled: bool = False
     min_priority_gap: int = 1
     restart_cost_s: float = 60.0
+    checkpoint_interval_s: float = 1800.0
+    min_run_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from cpn.core.formula import compile_formula
 from cpn.core.model import Job, Running, Snapshot
 from cpn.core.policy import Level, QueuePolicy
+from cpn.core.runtime_law import conditional_median_s, sigma_of
 
 #: Tiresias-style discretised LAS: attained GPU-seconds thresholds between queues.
 LAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0, 36000.0)
@@ -73,17 +74,28 @@ def level_of(job: Job, levels: Sequence[Level], priority: int | None = None) -> 
 
 
 def runtime_for_order(job: Job, gpu_types: frozenset[str]) -> float:
-    """Shortest predicted runtime on a GPU type the job may use and that exists."""
-    values = [
-        runtime
-        for gpu_type, runtime in job.estimate.runtime_s.items()
-        if job.allows(gpu_type) and (not gpu_types or gpu_type in gpu_types)
-    ]
-    if values:
-        return min(values)
-    if job.user_estimate_s is not None:
-        return job.user_estimate_s
-    return job.estimate.best_s() if job.estimate.runtime_s else 0.0
+    """Predicted remaining runtime on the fastest GPU type the job may use and that exists.
+
+    For a job that has run before (attained service from earlier attempts), the median of
+    its runtime law given that it already ran that long (:mod:`cpn.core.runtime_law`),
+    less what a checkpoint kept: a job that outlives its estimate is no longer taken
+    for a short one, so it cannot stay ahead of short jobs forever.
+    """
+    best: tuple[float, float | None] | None = None
+    for gpu_type, runtime in job.estimate.runtime_s.items():
+        usable = job.allows(gpu_type) and (not gpu_types or gpu_type in gpu_types)
+        if usable and (best is None or runtime < best[0]):
+            best = (runtime, job.estimate.high_s.get(gpu_type))
+    if best is None:
+        if job.user_estimate_s is not None:
+            return job.user_estimate_s
+        return job.estimate.best_s() if job.estimate.runtime_s else 0.0
+    median, high = best
+    if job.attained_gpu_s <= 0 or job.gpus <= 0:
+        return median
+    age = job.attained_gpu_s / job.gpus
+    total = conditional_median_s(median, sigma_of(median, high), age)
+    return max(0.0, total - age) if job.checkpoint else total
 
 
 def group_usage(running: Sequence[Running]) -> dict[str, float]:
@@ -106,6 +118,7 @@ def factor_columns(
         return np.asarray(values, dtype=np.float64)
 
     runtimes = [runtime_for_order(job, gpu_types) for job in jobs]
+    waits = [max(0.0, now - job.submit_s) for job in jobs]
     gpus = [job.gpus for job in jobs]
     quota_used = []
     for job in jobs:
@@ -119,7 +132,8 @@ def factor_columns(
         "workers": column([float(job.workers) for job in jobs]),
         "runtime_s": column(runtimes),
         "gpu_time_s": column([g * r for g, r in zip(gpus, runtimes, strict=True)]),
-        "wait_s": column([max(0.0, now - job.submit_s) for job in jobs]),
+        "wait_s": column(waits),
+        "mean_wait_s": np.full(len(jobs), sum(waits) / len(waits) if waits else 0.0),
         "service_s": column([job.attained_gpu_s for job in jobs]),
         "quota_used": column(quota_used),
         "user_level": column([policy.user_levels.get(job.user, 0.0) for job in jobs]),

@@ -708,9 +708,9 @@ class Runtime:
             if found is None or record.job is None:
                 record.eta_start_s = record.eta_finish_s = None
                 continue
-            wait = found.start_s - now
-            shift = self.calibrator.calibrate(record.job.queue, wait, now) - wait
-            record.eta_start_s, record.eta_finish_s = found.start_s + shift, found.end_s + shift
+            told = self.calibrator.state(record.job.queue, found, now)
+            record.eta_start_s, record.eta_finish_s = told.start_s, told.end_s
+            record.eta_range = (told.start_low_s, told.start_high_s)
         await self.write_all()
 
     def _requeue_lost(self) -> None:

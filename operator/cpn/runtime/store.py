@@ -91,6 +91,8 @@ class Record:
     hold: Hold | None = None
     eta_start_s: float | None = None
     eta_finish_s: float | None = None
+    # the ETA's start range (p20, p80; None until calibrated): WaitCalibrator.state
+    eta_range: tuple[float | None, float | None] = (None, None)
     written: Mapping[str, Any] = field(default_factory=dict)  # last status we patched
     written_sig: tuple[Any, ...] | None = None  # what the last write was about (engine)
     written_at: float = 0.0  # time.monotonic() of the last write

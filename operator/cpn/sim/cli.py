@@ -86,9 +86,29 @@ def _main_parser() -> argparse.ArgumentParser:
         default=None,
         help="projections expect the last H hours of submissions to recur (ten times over)",
     )
+    p.add_argument(
+        "--checkpointable",
+        type=_share,
+        default=0.0,
+        help="share of jobs that checkpoint (so may be preempted) where the trace's "
+        "checkpoint column is blank: 0 (default), 0.5, 1, ...",
+    )
+    p.add_argument(
+        "--unlabelled",
+        action="store_true",
+        help="hide each job's model and declared work from the scheduler (submit time, "
+        "GPUs, user and group remain), as on most real clusters",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
+    return value
 
 
 def _progress(enabled: bool, total: int, desc: str) -> tuple[Callable[[int], None] | None, Any]:
@@ -141,6 +161,8 @@ def _simulate(argv: Sequence[str]) -> int:
                 eta_max_cycles=max_cycles,
                 eta_every=args.eta_every,
                 eta_arrivals_s=args.eta_arrivals_h * 3600.0 if args.eta_arrivals_h else None,
+                checkpointable=args.checkpointable,
+                unlabelled=args.unlabelled,
             )
         except CpnError as exc:
             print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)

@@ -47,6 +47,8 @@ MIN_WAIT_S = 600.0
 
 #: Issue 6's aim for the median relative error.
 AIM_REL_ERROR = 0.25
+#: Share of actual starts the stated p20-p80 range must hold (issue 16: about 60%).
+AIM_RANGE_COVERAGE = 0.6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,8 @@ class EtaError:
     factor: float | None = None  # the calibration factor applied (None: not known)
     started_only_s: float | None = None  # calibrated from started jobs only (replayed)
     started_only_factor: float | None = None
+    low_s: float | None = None  # the stated range of the start (p20-p80; None: none stated)
+    high_s: float | None = None
 
     @property
     def wait_s(self) -> float:
@@ -159,6 +163,8 @@ def job_errors(
                 factor=_factor(record),
                 started_only_s=replayed[record.job_id][0],
                 started_only_factor=replayed[record.job_id][1],
+                low_s=record.eta_low_s,
+                high_s=record.eta_high_s,
             )
         )
     return out, no_eta
@@ -200,6 +206,24 @@ def _calibrated(waited: Sequence[EtaError], *, started_only: bool) -> dict[str, 
         "factor_median": _r(_median(factors)),
         "scaled_share": _r(sum(1 for f in factors if abs(f - 1.0) > 1e-9) / len(waited)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
+    }
+
+
+def _range(waited: Sequence[EtaError]) -> dict[str, Any] | None:
+    """How often the stated p20-p80 range held the actual start, and how wide it was."""
+    ranged = [e for e in waited if e.low_s is not None and e.high_s is not None]
+    if not ranged:
+        return None
+    held = sum(1 for e in ranged if (e.low_s or 0.0) <= e.start_s <= (e.high_s or 0.0))
+    widths = [((e.high_s or 0.0) - (e.low_s or 0.0)) for e in ranged]
+    return {
+        "share_with_range": _r(len(ranged) / len(waited)),
+        "coverage": _r(held / len(ranged)),
+        "aim_met": held / len(ranged) >= AIM_RANGE_COVERAGE,
+        "median_width_h": _r(_median([w / 3600.0 for w in widths])),
+        "median_width_rel": _r(
+            _median([w / e.wait_s for w, e in zip(widths, ranged, strict=True)])
+        ),
     }
 
 
@@ -253,6 +277,7 @@ def summary(
         "median_rel_error_not_overtaken": _r(_median([e.rel_error for e in calm])),
         "median_end_rel_error": _r(_median(ends)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
+        "range": _range(waited),
         "calibrated": _calibrated(waited, started_only=False),
         "calibrated_started_only": _calibrated(waited, started_only=True),
         "calls": result.eta_calls,

@@ -53,6 +53,8 @@ def simulate(
     eta_max_cycles: int = DEFAULT_ETA_MAX_CYCLES,
     eta_every: int = 1,
     eta_arrivals_s: float | None = None,
+    checkpointable: float = 0.0,
+    unlabelled: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``clusters`` under ``policy`` with the named estimator.
 
@@ -61,7 +63,9 @@ def simulate(
     each job's first ETA is recorded (see :class:`~cpn.sim.world.World`; costly:
     one projection of up to ``eta_max_cycles`` cycles per arrival instant; with
     ``eta_every`` = k only every k-th admitted job is projected; with ``eta_arrivals_s``
-    projections expect that window's submissions to recur).
+    projections expect that window's submissions to recur). ``checkpointable`` is the
+    share of jobs that checkpoint where the trace does not say; ``unlabelled`` hides
+    each job's model and declared work from the scheduler (see :class:`World`).
     """
     name = name or policy.name
     truth = truth_for(trace, clusters.reference_gpu)
@@ -88,5 +92,8 @@ def simulate(
         eta_max_cycles=eta_max_cycles,
         eta_every=eta_every,
         eta_arrivals_s=eta_arrivals_s,
+        checkpointable=checkpointable,
+        unlabelled=unlabelled,
+        seed=seed,
     )
     return world.run()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.model import Cluster, CyclePlan, Estimate, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
+from cpn.core.preemption import saved_s
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.speed import TrueRuntime
 from cpn.sim.trace import TraceJob
@@ -41,6 +43,14 @@ ETA_ARRIVAL_REPEATS = 10
 TransferFn = Callable[[Job, str, Snapshot], float | None]
 
 _EPS = 1e-9
+#: What a job declares about its work (hidden from the scheduler when ``unlabelled``).
+_DESCRIBED = ("batch_size", "epochs", "dataset_samples", "steps", "data_gb")
+
+
+def draw(seed: int, what: str, key: str) -> float:
+    """A uniform number in [0, 1) fixed by (seed, what, key): the same in every run."""
+    return random.Random(f"{seed}:{what}:{key}").random()
+
 
 # Event kinds, in the order they are handled within one instant.
 _COMPLETE, _ARRIVE, _WAKE, _TICK = 0, 1, 2, 3
@@ -78,6 +88,9 @@ class JobRecord:
     # eta_at_s + the projected wait calibrated from experience up to eta_at_s
     # (cpn.core.eta_calibration.WaitCalibrator, the operator's): the ETA a user is shown.
     eta_cal_start_s: float | None = None
+    # the calibrated start's p20-p80 range (None until the calibrator followed enough jobs)
+    eta_low_s: float | None = None
+    eta_high_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:
@@ -206,9 +219,15 @@ class World:
     :func:`cpn.core.transfer.transfer_s`. ``tick_s`` adds a cycle every
     ``tick_s`` seconds while jobs are pending and running (preemptive policies
     such as ``las`` need it; None = cycles only on events). Jobs whose trace
-    leaves ``checkpoint`` blank resume from a checkpoint after a preemption when
-    ``checkpoint_default`` is true. ``progress`` is called with the number of jobs
-    that just finished.
+    leaves ``checkpoint`` blank declare a checkpoint with probability ``checkpointable``
+    (drawn once per job from its id and ``seed``, so the draw does not depend on the
+    policy or on arrival order). A preempted job pays the policy's
+    ``preemption.restart_cost_s`` when it starts again and, if it checkpoints, loses the
+    compute done since its last checkpoint (see :func:`cpn.core.preemption.saved_s`);
+    one that does not checkpoint starts over. With ``unlabelled`` the scheduler sees
+    only what most real submissions carry (submit time, GPUs, user, group): the trace's
+    model, batch size and declared work stay with the truth. ``progress`` is called
+    with the number of jobs that just finished.
 
     With ``skip_full_cycles`` (the default) the world skips a cycle when no node has
     room for one worker of any pending job and the policy cannot preempt: every
@@ -249,7 +268,9 @@ class World:
         plan: PlanFn | None = None,
         transfer: TransferFn | None = None,
         tick_s: float | None = None,
-        checkpoint_default: bool = True,
+        checkpointable: float = 0.0,
+        unlabelled: bool = False,
+        seed: int = 0,
         progress: Callable[[int], None] | None = None,
         policy_name: str | None = None,
         estimator_name: str = "",
@@ -272,7 +293,11 @@ class World:
         self.plan = plan or _default_plan()
         self.transfer = transfer or _default_transfer()
         self.tick_s = tick_s
-        self.checkpoint_default = checkpoint_default
+        if not 0.0 <= checkpointable <= 1.0:
+            raise ValueError("checkpointable must be between 0 and 1")
+        self.checkpointable = checkpointable
+        self.unlabelled = unlabelled
+        self.seed = seed
         self.progress = progress
         self.gpu_types = clusters.gpu_types
         self.total_gpus = clusters.total_gpus
@@ -350,11 +375,14 @@ class World:
     def _make_job(self, trace: TraceJob) -> Job:
         per, workers, share = worker_shape(trace.gpus, self._max_node_gpus)
         features: dict[str, float] = {"gpus": float(trace.gpus)}
-        for name in ("batch_size", "epochs", "dataset_samples", "steps", "data_gb"):
+        described = ("data_gb",) if self.unlabelled else _DESCRIBED
+        for name in described:
             value = getattr(trace, name)
             if value is not None:
                 features[name] = float(value)
-        checkpoint = self.checkpoint_default if trace.checkpoint is None else trace.checkpoint
+        checkpoint = trace.checkpoint
+        if checkpoint is None:
+            checkpoint = draw(self.seed, "checkpoint", trace.job_id) < self.checkpointable
         return Job(
             key=trace.job_id,
             submit_s=trace.submit_s,
@@ -367,12 +395,12 @@ class World:
             user=trace.user,
             group=trace.group,
             priority=trace.priority,
-            model=trace.model,
+            model="" if self.unlabelled else trace.model,
             features=MappingProxyType(features),
             data_cluster=trace.data_cluster,
             data_gb=trace.data_gb or 0.0,
             image_gb=trace.image_gb or 0.0,
-            user_estimate_s=trace.user_estimate_s,
+            user_estimate_s=None if self.unlabelled else trace.user_estimate_s,
             checkpoint=checkpoint,
         )
 
@@ -620,7 +648,9 @@ class World:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
                 queue = state.job.queue
-                record.eta_cal_start_s = now + calibrator.calibrate(queue, found.start_s - now, now)
+                told = calibrator.state(queue, found, now)
+                record.eta_cal_start_s = told.start_s
+                record.eta_low_s, record.eta_high_s = told.start_low_s, told.start_high_s
                 calibrator.projected(key, queue, now, found.start_s)
 
     def _expected_arrivals(self) -> list[Job]:
@@ -795,9 +825,10 @@ class World:
         job = state.job
         held = self._release(state)
         state.token += 1
-        done = max(0.0, self.now_s - state.compute_start_s) / state.full_runtime_s
         if job.checkpoint:
-            state.remaining = max(0.0, state.remaining - done)
+            interval = job.checkpoint_interval_s or self.policy.preemption.checkpoint_interval_s
+            kept = saved_s(self.now_s - state.compute_start_s, interval)
+            state.remaining = max(0.0, state.remaining - kept / state.full_runtime_s)
         state.record.preemptions += 1
         self._preemptions += 1
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
