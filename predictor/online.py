@@ -317,12 +317,21 @@ class PredictorEstimator:
 
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
         """Record that ``job`` ran ``actual_s`` seconds on ``gpu_type``; never raises."""
-        try:
-            self._observe(job, gpu_type, actual_s)
-        except Exception as exc:
-            log.warning("predictor: observe of %s failed (%s)", getattr(job, "key", "?"), exc)
+        self._learn(job, gpu_type, actual_s, keep=True)
 
-    def _observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
+    def recall(self, job: Job, gpu_type: str, actual_s: float) -> None:
+        """Learn from a job that finished before this process started (the operator reads
+        finished AIJobs back at start-up) as :meth:`observe` does, without adding it to
+        the history file again; never raises."""
+        self._learn(job, gpu_type, actual_s, keep=False)
+
+    def _learn(self, job: Job, gpu_type: str, actual_s: float, *, keep: bool) -> None:
+        try:
+            self._observe(job, gpu_type, actual_s, keep=keep)
+        except Exception as exc:
+            log.warning("predictor: learning from %s failed (%s)", getattr(job, "key", "?"), exc)
+
+    def _observe(self, job: Job, gpu_type: str, actual_s: float, *, keep: bool = True) -> None:
         if not (actual_s > 0 and math.isfinite(actual_s)):
             return
         work = describe_job(job)
@@ -332,26 +341,27 @@ class PredictorEstimator:
         if amount is None and work.steps is not None:
             amount = work.steps * batch
         features = getattr(job, "features", None) or {}
-        self.history.add(
-            HistoryRecord(
-                job_key=str(getattr(job, "key", "")),
-                model=work.model,
-                gpu_type=gpu,
-                gpus=work.gpus,
-                actual_s=actual_s,
-                batch_size=work.batch_size,
-                work_samples=amount,
-                steps=work.steps,
-                epochs=work.epochs,
-                dataset_samples=work.dataset_samples,
-                precision=work.precision,
-                user=work.user,
-                group=work.group,
-                features=MappingProxyType(
-                    {str(k): float(v) for k, v in features.items() if _finite(v)}
-                ),
+        if keep:
+            self.history.add(
+                HistoryRecord(
+                    job_key=str(getattr(job, "key", "")),
+                    model=work.model,
+                    gpu_type=gpu,
+                    gpus=work.gpus,
+                    actual_s=actual_s,
+                    batch_size=work.batch_size,
+                    work_samples=amount,
+                    steps=work.steps,
+                    epochs=work.epochs,
+                    dataset_samples=work.dataset_samples,
+                    precision=work.precision,
+                    user=work.user,
+                    group=work.group,
+                    features=MappingProxyType(
+                        {str(k): float(v) for k, v in features.items() if _finite(v)}
+                    ),
+                )
             )
-        )
         retrain = False
         with self._lock:
             ratio = self._ratio(work, self.reference_gpu, gpu)

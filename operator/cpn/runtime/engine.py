@@ -136,6 +136,7 @@ class Runtime:
         self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
         self._cycle_end = 0.0
         self.observer = Observer(config)
+        self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
 
     # -- plumbing --------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -207,6 +208,31 @@ class Runtime:
                 self.aijob_event("DELETED", {"metadata": meta})
         for item in items:
             self.aijob_event("ADDED", item)
+        self._learn_finished()
+
+    def _learn_finished(self) -> int:
+        """Feed the estimator every Succeeded AIJob it has not seen (once per UID): the hub
+        is where what was learned survives a restart or fail-over. Waiting jobs are then
+        estimated again. Returns how many it learned from."""
+        learn = getattr(self.estimator, "recall", self.estimator.observe)
+        count = 0
+        for record in list(self.store.records.values()):
+            if record.phase != k.PHASE_SUCCEEDED or record.uid in self._learned:
+                continue
+            self._learned.add(record.uid)
+            if record.job is None or record.actual_s <= 0 or not record.gpu_type:
+                continue
+            try:
+                learn(record.job, record.gpu_type, record.actual_s)
+            except Exception:  # the predictor must never take the operator down
+                log.exception("predictor failed to learn from %s", record.key)
+            count += 1
+        if count:
+            for record in self.store.pending():
+                assert record.job is not None
+                record.job = self.store.attach_estimate(record.job)
+            log.info("learned from %d finished AIJobs on the hub", count)
+        return count
 
     def _namespaces_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.namespaces = {}
@@ -491,6 +517,7 @@ class Runtime:
             f"{human_duration(record.actual_s)}, predicted "
             f"{human_duration(record.predicted_runtime_s)}"
         )
+        self._learned.add(record.uid)
         if record.job is not None and record.actual_s > 0:
             try:
                 self.estimator.observe(record.job, record.gpu_type, record.actual_s)
