@@ -15,6 +15,9 @@ import yaml
 
 #: pod annotation: simulated run time, a Go duration ("20s", "1h30m"); absent -> runs until deleted
 DURATION_ANNOTATION = "testbed.cpn.io/duration"
+#: pod annotation: extra run time (a Go duration) of a pod that resumes a preempted job, i.e.
+#: one with cpn's ``cpn.io/resume-from-seconds``; that pod runs duration - resume-from + this
+RESTART_COST_ANNOTATION = "testbed.cpn.io/restart-cost"
 #: pod annotation: "Failed" fails the pod after the duration, "Hang" keeps it running
 OUTCOME_ANNOTATION = "testbed.cpn.io/outcome"
 #: pod annotation written by the kwok stage when the pod starts: absolute end time (RFC 3339)

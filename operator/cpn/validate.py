@@ -175,6 +175,10 @@ def _cel_data_size_needs_cluster(spec: Mapping[str, Any]) -> bool:
     )
 
 
+def _cel_interval_needs_checkpoint(spec: Mapping[str, Any]) -> bool:
+    return "checkpointIntervalSeconds" not in spec or spec.get("checkpoint") is True
+
+
 _RULE_SHARE = (
     "!has(self.resources.gpuShare) || self.resources.gpuShare >= 1.0 || self.resources.gpus == 1"
 )
@@ -186,6 +190,7 @@ _RULE_DATA = (
 CEL_RULES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {
     _RULE_SHARE: _cel_share_needs_one_gpu,
     _RULE_DATA: _cel_data_size_needs_cluster,
+    "!has(self.checkpointIntervalSeconds) || self.checkpoint": _cel_interval_needs_checkpoint,
 }
 
 

@@ -77,6 +77,16 @@ def test_parse_reads_resources_model_and_owner():
             id="no container",
         ),
         pytest.param({"data": {"sizeGB": 5}}, "spec.data.cluster", id="data without a place"),
+        pytest.param(
+            {"checkpointIntervalSeconds": 600},
+            "spec.checkpointIntervalSeconds",
+            id="checkpoint interval without checkpoint",
+        ),
+        pytest.param(
+            {"checkpoint": True, "checkpointIntervalSeconds": 0.5},
+            "spec.checkpointIntervalSeconds",
+            id="checkpoint interval below a second",
+        ),
     ],
 )
 def test_parse_names_the_bad_field(change: dict[str, Any], want_path: str):
@@ -127,6 +137,24 @@ def test_render_job_pins_nodes_requests_gpus_and_labels_origin():
     notes = pod["metadata"]["annotations"]
     assert notes["keep"] == "me" and notes["testbed.cpn.io/duration"] == "45s"
     assert pod["metadata"]["labels"][k.LABEL_UID] == b["metadata"]["uid"]
+
+
+def test_a_resumed_attempt_tells_its_pods_where_to_resume() -> None:
+    """Every attempt's containers get CPN_ATTEMPT; one resuming a preempted job also gets
+    CPN_RESUME_FROM_S and the pod annotation with the checkpointed seconds."""
+    b = body(checkpoint=True, checkpointIntervalSeconds=600)
+    job = parse_aijob(b, user="u", group="g")
+    assert (job.checkpoint, job.checkpoint_interval_s) == (True, 600.0)
+    fresh = render_job(b, start(), attempt=1, hub="hub", namespace="ns")
+    resumed = render_job(b, start(), attempt=3, hub="hub", namespace="ns", resume_from_s=1200.0)
+    for manifest, want in ((fresh, {"CPN_ATTEMPT": "1"}), (resumed, {"CPN_ATTEMPT": "3"})):
+        pod = manifest["spec"]["template"]
+        for container in pod["spec"]["containers"]:
+            env = {e["name"]: e["value"] for e in container["env"]}
+            assert env["CPN_ATTEMPT"] == want["CPN_ATTEMPT"]
+            assert env.get("CPN_RESUME_FROM_S") == ("1200" if manifest is resumed else None)
+        notes = pod["metadata"]["annotations"]
+        assert notes.get(k.ANNOTATION_RESUME_FROM) == ("1200" if manifest is resumed else None)
 
 
 def test_render_job_survives_a_per_type_annotation_it_cannot_read():

@@ -81,6 +81,7 @@ def test_every_key_maps_to_its_field() -> None:
     assert (placement.runtime_weight, placement.time_limit_s) == (0.25, 0.5)
     assert (policy.preemption.enabled, policy.preemption.min_priority_gap) == (True, 0)
     assert policy.preemption.restart_cost_s == 0.0
+    assert (policy.preemption.checkpoint_interval_s, policy.preemption.min_run_s) == (300.0, 45.0)
     assert (policy.retry.max_attempts, policy.retry.backoff_s) == (1, 0.0)
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
 
@@ -297,6 +298,12 @@ MISTAKES = [
         "preemption.restart_cost_s",
         "at most 31622400",
         id="huge-duration",
+    ),
+    pytest.param(
+        "preemption: {checkpoint_interval_s: 0}",
+        "preemption.checkpoint_interval_s",
+        "greater than 0",
+        id="zero-checkpoint-interval",
     ),
     pytest.param("retry: {backoff_s: -5}", "retry.backoff_s", "at least 0", id="negative-backoff"),
     pytest.param("user_levels: {alice: high}", "user_levels.alice", "number", id="level-as-word"),

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import signal
 import statistics
+import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
+from kubernetes import client, watch
 
 from cpn.devbed import wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
+from testbed.spec import RESTART_COST_ANNOTATION
+from tests.e2e.hubkit import Hub, aijob, apply, events_of, new_namespace, running_hub, wait_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -89,3 +94,116 @@ def test_what_was_learned_survives_a_restart(hub: Hub) -> None:
             print(f"{name}: cold {cold} -> {predicted} (actual {actual})", flush=True)
             assert median / 2 <= predicted <= median * 2, (name, predicted, actual)
         assert "learned from 3 finished AIJobs on the hub" in hub.log.read_text()
+
+
+class JobWatch:
+    """Watches one AIJob's member Jobs on a member: how many exist at once, and each one."""
+
+    def __init__(self, hub: Hub, cluster: str, uid: str) -> None:
+        self.alive: set[str] = set()
+        self.most = 0
+        self.seen: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._api = hub.tb.api_client(cluster)
+        self._thread = threading.Thread(target=self._run, args=(uid,), daemon=True)
+        self._thread.start()
+
+    def _run(self, uid: str) -> None:
+        batch = client.BatchV1Api(self._api)
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in w.stream(  # type: ignore[no-untyped-call]
+            batch.list_job_for_all_namespaces,
+            label_selector=f"cpn.io/aijob-uid={uid}",
+            timeout_seconds=900,
+        ):
+            job = event["object"]
+            name = job.metadata.name
+            if event["type"] == "DELETED":
+                self.alive.discard(name)
+            else:
+                self.alive.add(name)
+                self.seen[name] = self._api.sanitize_for_serialization(job)
+            self.most = max(self.most, len(self.alive))
+            if self._stop.is_set():
+                w.stop()  # type: ignore[no-untyped-call]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def since(stamp: str) -> float:
+    return time.time() - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_long_checkpointing_job_yields_to_short_ones_and_resumes(hub: Hub) -> None:
+    """A 24-GPU job that checkpoints every 10 s holds every V100; 25 s in, two short jobs of
+    higher priority arrive. It is preempted (status, Events) and its member Job deleted; the
+    short jobs run; it is not placed again while its old member Job exists (held here by a
+    finalizer) and resumes from its checkpoint once it is gone: its second attempt runs the
+    restart cost plus the rest of its work, and its actual runtime is all of that plus what
+    the first attempt ran."""
+    long_job = unlabelled(
+        "long",
+        WORK_S,
+        workers=6,
+        gpus=4,
+        checkpoint=True,
+        checkpointIntervalSeconds=INTERVAL_S,
+        annotations={RESTART_COST_ANNOTATION: f"{RESTART_S}s"},
+    )
+    with new_namespace(hub, "preempt") as ns:
+        assert apply(hub, ns, long_job).returncode == 0
+        status = wait_status(hub, ns, "long", phase="Running", timeout_s=120)
+        uid = hub.aijob(ns, "long")["metadata"]["uid"]
+        jobs = JobWatch(hub, status["cluster"], uid)
+        first = status["memberJob"]
+        with hub.tb.api_client(first["cluster"]) as api:
+            batch = client.BatchV1Api(api)
+            # Held by a finalizer, the preempted member Job outlives its deletion for a while.
+            hold = {"metadata": {"finalizers": ["test.cpn.io/hold"]}}
+            batch.patch_namespaced_job(first["name"], first["namespace"], hold)
+        try:
+            wait_until(lambda: since(status["startTime"]) >= 25, timeout_s=60, what="25 s run")
+            shorts = [unlabelled(f"short-{i}", 8, gpus=4, priority=5) for i in range(2)]
+            assert apply(hub, ns, *shorts).returncode == 0
+
+            preempted = wait_status(hub, ns, "long", reason="Preempted", timeout_s=60)
+            assert preempted["phase"] == "Queued" and preempted["preemptions"] == 1
+            assert "preempted for higher-ranked" in preempted["lastPreemption"]["reason"]
+            attained = preempted["attainedSeconds"]
+            kept = preempted["checkpointedSeconds"]
+            assert 23 <= attained <= 45, preempted  # startTime has whole seconds
+            assert kept % INTERVAL_S == 0 and 0 <= attained - kept < INTERVAL_S, preempted
+
+            for short in shorts:
+                wait_status(hub, ns, short["metadata"]["name"], phase="Succeeded", timeout_s=180)
+            # The V100s are free, but its old member Job is still there: it waits.
+            assert hub.status(ns, "long")["phase"] == "Queued"
+            assert list(jobs.seen) == [first["name"]] and first["name"] in jobs.alive
+            with hub.tb.api_client(first["cluster"]) as api:
+                release = {"metadata": {"finalizers": None}}
+                client.BatchV1Api(api).patch_namespaced_job(
+                    first["name"], first["namespace"], release
+                )
+            done = wait_status(hub, ns, "long", phase="Succeeded", timeout_s=240)
+        finally:
+            jobs.stop()
+        assert done["attempts"] == 2 and done["preemptions"] == 1
+        assert {"Preempted", "Resumed"} <= set(events_of(hub, ns, "long"))
+        # One member Job at a time, as the member's API server ordered the changes.
+        assert len(jobs.seen) == 2 and jobs.most == 1, (sorted(jobs.seen), jobs.most)
+        (second,) = [
+            j for j in jobs.seen.values() if j["metadata"]["labels"]["cpn.io/attempt"] == "2"
+        ]
+        pod = second["spec"]["template"]
+        assert pod["metadata"]["annotations"]["cpn.io/resume-from-seconds"] == f"{kept:.0f}"
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["CPN_ATTEMPT"], env["CPN_RESUME_FROM_S"]) == ("2", f"{kept:.0f}")
+        # Measured: the second attempt ran its restart cost plus the rest of its work.
+        second_run = done["actualRuntimeSeconds"] - attained
+        print(f"attained {attained} kept {kept} actual {done['actualRuntimeSeconds']}", flush=True)
+        assert second_run == pytest.approx(RESTART_S + WORK_S - kept, abs=3.0), done
+        lost = attained - kept
+        assert done["actualRuntimeSeconds"] == pytest.approx(WORK_S + RESTART_S + lost, abs=3.0), (
+            done
+        )

@@ -64,6 +64,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
         "suspend",
         "workers",
         "checkpoint",
+        "checkpointIntervalSeconds",
         "runtimeEstimateSeconds",
         "resources",
         "model",
@@ -431,6 +432,16 @@ def parse_aijob(body: Mapping[str, Any], *, user: str, group: str) -> Job:
     estimate = reader.number(
         spec.get("runtimeEstimateSeconds"), "spec.runtimeEstimateSeconds", 1.0, MAX_RUNTIME_S, 0.0
     )
+    checkpoint = reader.boolean(spec.get("checkpoint"), "spec.checkpoint")
+    interval = reader.number(
+        spec.get("checkpointIntervalSeconds"),
+        "spec.checkpointIntervalSeconds",
+        1.0,
+        MAX_RUNTIME_S,
+        0.0,
+    )
+    if interval and not checkpoint:
+        reader.error("spec.checkpointIntervalSeconds", "needs checkpoint: true")
     job = Job(
         key=key,
         submit_s=submit_s,
@@ -460,7 +471,8 @@ def parse_aijob(body: Mapping[str, Any], *, user: str, group: str) -> Job:
         attempts=reader.integer(status.get("attempts"), "status.attempts", 0, 1_000_000, 0),
         not_before_s=reader.time(status.get("notBefore"), "status.notBefore") or 0.0,
         suspended=reader.boolean(spec.get("suspend"), "spec.suspend"),
-        checkpoint=reader.boolean(spec.get("checkpoint"), "spec.checkpoint"),
+        checkpoint=checkpoint,
+        checkpoint_interval_s=interval or None,
     )
     if reader.errors:
         raise InvalidSpec(reader.errors, where=key)

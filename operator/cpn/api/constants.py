@@ -27,6 +27,9 @@ LABEL_GROUP: Final = "cpn.io/group"
 ANNOTATION_PER_GPU_TYPE: Final = "cpn.io/per-gpu-type"
 ANNOTATION_GPU_TYPE: Final = "cpn.io/gpu-type"
 ANNOTATION_HAMI_POOL: Final = "hami.io/resource-pool"
+#: Pod annotation of an attempt that resumes a preempted job: seconds of compute its
+#: checkpoints kept (also in the CPN_RESUME_FROM_S environment variable).
+ANNOTATION_RESUME_FROM: Final = "cpn.io/resume-from-seconds"
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 HAMI_GPU_MEMORY: Final = "nvidia.com/gpumem"  # MiB per GPU

@@ -63,8 +63,15 @@ def render_job(
     affinity: str = "node",
     gpu_product: str | None = None,
     hami_pool: str | None = None,
+    resume_from_s: float | None = None,
 ) -> dict[str, Any]:
     """The batch/v1 Job that runs ``start`` of the AIJob ``body`` on its member cluster.
+
+    Every container gets ``CPN_ATTEMPT`` (1, 2...) in its environment. An attempt that
+    resumes a preempted job (``resume_from_s`` given) also gets ``CPN_RESUME_FROM_S``, the
+    seconds of compute its checkpoints kept, and the pod annotation
+    ``cpn.io/resume-from-seconds`` with the same value (the test bed's simulated pods run
+    only the rest of their work, plus their restart cost).
 
     ``affinity`` is ``node`` (required affinity to the chosen nodes) or
     ``gpu-type`` (only to nodes whose ``nvidia.com/gpu.product`` is
@@ -81,6 +88,10 @@ def render_job(
     annotations = dict(pod_meta.get("annotations") or {})
     annotations.update(_per_type_annotations(annotations, start.gpu_type))
     annotations[k.ANNOTATION_GPU_TYPE] = start.gpu_type
+    env = {"CPN_GPU_TYPE": start.gpu_type, "CPN_CLUSTER": start.cluster}
+    env["CPN_ATTEMPT"] = str(attempt)
+    if resume_from_s is not None:
+        annotations[k.ANNOTATION_RESUME_FROM] = env["CPN_RESUME_FROM_S"] = f"{resume_from_s:.0f}"
     share = float(res.get("gpuShare", 1.0))
     if share < 1.0 and hami_pool:
         annotations[k.ANNOTATION_HAMI_POOL] = hami_pool
@@ -100,7 +111,7 @@ def render_job(
     }
     pod_spec.setdefault("restartPolicy", "Never")
     pod_spec["containers"] = [
-        _with_resources(c, index == 0, res, share, start)
+        _with_resources(c, index == 0, res, share, env)
         for index, c in enumerate(pod_spec.get("containers") or [])
     ]
     return {
@@ -123,15 +134,16 @@ def render_job(
 
 
 def _with_resources(
-    container: Mapping[str, Any], first: bool, res: Mapping[str, Any], share: float, start: Start
+    container: Mapping[str, Any],
+    first: bool,
+    res: Mapping[str, Any],
+    share: float,
+    cpn_env: Mapping[str, str],
 ) -> dict[str, Any]:
     """The first container gets the GPU limit (and HAMi's share limits); all get cpn's env."""
     out = dict(container)
     env = list(out.get("env") or [])
-    env += [
-        {"name": "CPN_GPU_TYPE", "value": start.gpu_type},
-        {"name": "CPN_CLUSTER", "value": start.cluster},
-    ]
+    env += [{"name": name, "value": value} for name, value in cpn_env.items()]
     out["env"] = env
     if not first:
         return out

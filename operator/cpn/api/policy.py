@@ -257,6 +257,8 @@ _PREEMPTION: Mapping[str, Parser] = {
     "enabled": _boolean,
     "min_priority_gap": _integer(0, int(MAX_LEVEL)),
     "restart_cost_s": _number(0.0, MAX_DURATION_S),
+    "checkpoint_interval_s": _number(0.0, MAX_DURATION_S, above=True),
+    "min_run_s": _number(0.0, MAX_DURATION_S),
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": _integer(1, 100),

@@ -55,7 +55,14 @@ from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
-from cpn.runtime.store import Packed, Record, Store, unpack
+from cpn.runtime.store import (
+    Packed,
+    Record,
+    Store,
+    preempted,
+    preemption_status,
+    unpack,
+)
 from cpn.runtime.writes import Pace, WriteQueue
 
 log = logging.getLogger(__name__)
@@ -438,6 +445,10 @@ class Runtime:
             return  # an orphan: the sweep deletes it once AIJobs are listed
         if record.finished or record.phase == k.PHASE_INVALID:
             return
+        if record.draining is not None and event == "DELETED":
+            self.kick()  # its preempted attempt is gone: the next may start
+        elif record.preemptions and not record.active and attempt <= record.attempts:
+            record.draining = record.draining or (member.name, name)  # seen after a restart
         if attempt != record.attempts or (
             record.active and record.cluster and record.cluster != member.name
         ):
@@ -510,7 +521,7 @@ class Runtime:
         record.phase = k.PHASE_SUCCEEDED
         record.finish_s = finished_s
         began = record.start_s or record.dispatch_s or finished_s
-        record.actual_s = max(0.0, finished_s - began)
+        record.actual_s = record.attained_s + max(0.0, finished_s - began)  # all attempts
         record.reason = "Succeeded"
         record.message = (
             f"finished on {record.cluster} ({record.gpu_type}) in "
@@ -681,6 +692,7 @@ class Runtime:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
         self._requeue_lost()
+        self._drained()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
         started = time.perf_counter()
@@ -762,20 +774,8 @@ class Runtime:
         """Carry out a plan: preempt, dispatch, and explain every hold."""
         for preempt in plan.preemptions:
             record = self.store.records.get(preempt.job_key)
-            if record is None:
-                continue
-            inflight = self._inflight.get(record.key)
-            if inflight is not None:
-                await inflight  # delete what the create made, not before it lands
-            member = self.members.get(record.cluster)
-            if member is not None and record.member_job:
-                await self.call(_quiet, member.delete_job, record.member_job)
-            record.phase = k.PHASE_QUEUED
-            record.reason = "Preempted"
-            record.message = preempt.reason
-            self._event(record, "Preempted", preempt.reason, warning=True)
-            self._clear_placement(record)
-            self._write_soon(record)
+            if record is not None:
+                await self._preempt(record, preempt.reason)
         for start in plan.starts:
             record = self.store.records.get(start.job_key)
             if record is not None:
@@ -815,6 +815,41 @@ class Runtime:
                 self._event(record, "InvalidSpec", record.invalid, warning=True)
         self._write_all_soon()
 
+    async def _preempt(self, record: Record, why: str) -> None:
+        """Stop a running job for a higher-ranked one: book its service and checkpoint,
+        delete its member Job and requeue it; it is not placed again before that Job is
+        gone (one member Job at a time, see :meth:`_drained`)."""
+        inflight = self._inflight.get(record.key)
+        if inflight is not None:
+            await inflight  # delete what the create made, not before it lands
+        if not record.active:
+            return
+        member = self.members.get(record.cluster)
+        lost = preempted(record, self.clock(), why, self.store.policy.preemption)
+        if member is not None and record.member_job:
+            record.draining = (member.name, record.member_job)
+            await self.call(_quiet, member.delete_job, record.member_job)
+        record.phase = k.PHASE_QUEUED
+        record.reason = "Preempted"
+        record.message = (
+            f"{why} (preemption {record.preemptions}): it resumes from its checkpoint at "
+            f"{human_duration(record.checkpointed_s) or '0s'} of compute; "
+            f"{human_duration(lost) or '0s'} of work since its last checkpoint is lost"
+        )
+        self._event(record, "Preempted", record.message, warning=True)
+        self._clear_placement(record)
+        self._write_soon(record)
+
+    def _drained(self) -> None:
+        """Preempted records whose old member Job is gone (or whose member is) may start."""
+        for record in self.store.records.values():
+            if record.draining is None:
+                continue
+            cluster, name = record.draining
+            member = self.members.get(cluster)
+            if member is None or (member.synced() and name not in member.jobs):
+                record.draining = None
+
     def _dispatch(self, record: Record, start: Start) -> None:
         """Assume the start (the record holds its GPUs from now) and launch the create."""
         member = self.members.get(start.cluster)
@@ -825,6 +860,12 @@ class Runtime:
         record.phase = k.PHASE_DISPATCHED
         record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
         record.predicted_runtime_s = start.predicted_runtime_s
+        resume_from = None
+        if record.preemptions:  # the rest of its work, after the restart
+            resume_from = record.checkpointed_s
+            record.predicted_runtime_s = self.store.policy.preemption.restart_cost_s + max(
+                0.0, start.predicted_runtime_s - resume_from
+            )
         record.transfer_s = start.transfer_s
         record.dispatch_s = self.clock()
         record.not_before_s = 0.0
@@ -837,14 +878,20 @@ class Runtime:
             affinity=self.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
             hami_pool=self.config.hami_pool or None,
+            resume_from_s=resume_from,
         )
         record.member_job = manifest["metadata"]["name"]
         record.reason = "Dispatched"
         record.message = (
             f"dispatched to {start.cluster} ({start.gpu_type}, "
             f"node {', '.join(sorted(set(start.nodes)))}); predicted "
-            f"{human_duration(start.predicted_runtime_s)}"
+            f"{human_duration(record.predicted_runtime_s)}"
         )
+        if resume_from is not None:
+            record.message += (
+                f"; resumes from its checkpoint at {human_duration(resume_from) or '0s'}"
+                f" (attempt {attempt}, after {record.preemptions} preemption(s))"
+            )
         if self.config.dry_run:
             return
         task = asyncio.get_running_loop().create_task(
@@ -900,6 +947,8 @@ class Runtime:
         self.observer.dispatched(record)
         self.calibrator.started(record.key, self.clock())
         self._event(record, "Dispatched", record.message)
+        if record.preemptions:
+            self._event(record, "Resumed", record.message)
         self._write_soon(record)
         existing = member.jobs.get(name)
         if not uid and existing is not None:
@@ -968,6 +1017,7 @@ class Runtime:
             "actualRuntimeSeconds": round(record.actual_s, 1) if record.actual_s else None,
             "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
         }
+        status.update(preemption_status(record))
         if job and job.estimate.high_s:
             status["predictedRuntimeHighSeconds"] = {
                 t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())

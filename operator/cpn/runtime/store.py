@@ -16,11 +16,13 @@ from typing import Any
 from cpn.adapters.members import Usage
 from cpn.api import constants as k
 from cpn.api.aijob import job_key, parse_aijob, parse_time
+from cpn.api.status import rfc3339
 from cpn.core.capacity import worker_gpus
 from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
-from cpn.core.policy import QueuePolicy
+from cpn.core.policy import Preemption, QueuePolicy
+from cpn.core.preemption import saved_s
 
 ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
@@ -96,6 +98,14 @@ class Record:
     written: Mapping[str, Any] = field(default_factory=dict)  # last status we patched
     written_sig: tuple[Any, ...] | None = None  # what the last write was about (engine)
     written_at: float = 0.0  # time.monotonic() of the last write
+    # preemptions: how many, the last one's time and reason; the running time of its
+    # earlier attempts (attained service) and the compute its checkpoints kept
+    preemptions: int = 0
+    preempted_s: float = 0.0
+    preempted_why: str = ""
+    attained_s: float = 0.0
+    checkpointed_s: float = 0.0
+    draining: tuple[str, str] | None = None  # (cluster, Job) of a preempted attempt not gone yet
     deleting: bool = False
     observed: bool = False  # its member Job has been seen since dispatch
     as_running: Running | None = None  # its last Running value in a snapshot (store)
@@ -167,7 +177,7 @@ class Store:
         record.invalid = ""
         if record.phase == k.PHASE_INVALID:
             record.phase = k.PHASE_QUEUED
-        record.job = self.attach_estimate(job)
+        record.job = self.attach_estimate(replace(job, attained_gpu_s=record.attained_s * job.gpus))
 
     def attach_estimate(self, job: Job) -> Job:
         """The job with its predicted runtime on every GPU type the members have."""
@@ -246,6 +256,8 @@ class Store:
         self.refresh_unseen()
         pending = []
         for record in self.pending():
+            if record.draining:
+                continue  # one member Job at a time: the next once the preempted one is gone
             job = record.job
             assert job is not None
             if job.attempts != record.attempts or job.not_before_s != record.not_before_s:
@@ -314,3 +326,40 @@ def _restore(record: Record, status: Mapping[str, Any]) -> None:
     predicted = status.get("predictedRuntimeSeconds") or {}
     record.predicted_runtime_s = float(predicted.get(record.gpu_type, 0.0) or 0.0)
     record.dispatch_s = record.start_s
+    record.preemptions = int(status.get("preemptions") or 0)
+    last = status.get("lastPreemption") or {}
+    record.preempted_s = parse_time(last.get("time")) or 0.0
+    record.preempted_why = str(last.get("reason") or "")
+    record.attained_s = float(status.get("attainedSeconds") or 0.0)
+    record.checkpointed_s = float(status.get("checkpointedSeconds") or 0.0)
+
+
+def preempted(record: Record, now_s: float, why: str, policy: Preemption) -> float:
+    """Book a preemption of ``record`` at ``now_s``: its running time joins its attained
+    service and its checkpoints keep whole intervals of its compute (a resumed attempt
+    computes only after ``restart_cost_s``). Returns the seconds of work lost."""
+    job = record.job
+    ran = max(0.0, now_s - record.start_s) if record.phase == k.PHASE_RUNNING else 0.0
+    restart = policy.restart_cost_s if record.preemptions else 0.0
+    computed = max(0.0, ran - restart)
+    interval = (job.checkpoint_interval_s if job else None) or policy.checkpoint_interval_s
+    kept = saved_s(computed, interval) if job is not None and job.checkpoint else 0.0
+    record.preemptions += 1
+    record.preempted_s, record.preempted_why = now_s, why
+    record.attained_s += ran
+    record.checkpointed_s += kept
+    if job is not None:
+        record.job = replace(job, attained_gpu_s=record.attained_s * job.gpus)
+    return computed - kept
+
+
+def preemption_status(record: Record) -> dict[str, Any]:
+    """The status fields of a record's preemptions (none for a job never preempted)."""
+    if not record.preemptions:
+        return {}
+    return {
+        "preemptions": record.preemptions,
+        "lastPreemption": {"time": rfc3339(record.preempted_s), "reason": record.preempted_why},
+        "attainedSeconds": round(record.attained_s, 1),
+        "checkpointedSeconds": round(record.checkpointed_s, 1),
+    }
