@@ -10,11 +10,12 @@ general::
     (user, gpus) (user) (group, gpus) (group) (gpus) ()
 
 and answers with a log-normal law (median and 90th percentile) fitted by
-hierarchical shrinkage: starting from the most general key that has data, each
-more specific key with ``n`` runtimes moves the log-median and the log-spread
-toward its own by ``n / (n + prior_n)``. A key with a handful of runtimes thus
-counts a little; one with dozens decides. Each key keeps only its last ``window``
-runtimes, so the law follows a workload that drifts.
+hierarchical shrinkage: starting from the most general key that has data (and
+from a wide prior spread, sigma 1), each key with ``n`` runtimes moves the
+log-median and the log-spread toward its own by ``n / (n + prior_n)``. A key
+with a handful of runtimes thus counts a little; one with dozens decides. Each
+key keeps only its last ``window`` runtimes, so the law follows a workload that
+drifts.
 
 The law's ``n`` (runtimes under the most specific key that had any) and ``key`` say
 how much it rests on: the confidence the estimate states.
@@ -101,11 +102,14 @@ def keys_of(model: str, user: str, group: str, gpus: float) -> list[tuple[str, K
 class RuntimeHistory:
     """Runtimes of finished jobs per key; :meth:`law` gives a job's runtime law."""
 
-    def __init__(self, *, window: int = 50, prior_n: float = 3.0) -> None:
+    def __init__(self, *, window: int = 50, prior_n: float = 3.0, prior_sigma: float = 1.0) -> None:
         if window < 2:
             raise ValueError("window must be at least 2")
         self.window = window
         self.prior_n = prior_n
+        #: log-distance from median to p90 before any key says otherwise (sigma 1: the
+        #: 90th percentile 3.6x the median; a few runtimes say little about the spread)
+        self.prior_spread = prior_sigma * Z90
         self._keys: dict[Key, _Window] = {}
         self.observed = 0
 
@@ -123,7 +127,8 @@ class RuntimeHistory:
 
     def law(self, model: str, user: str, group: str, gpus: float) -> RuntimeLaw | None:
         """The runtime law of a job so described, or None before any job finished."""
-        mu = spread = None
+        mu: float | None = None
+        spread = self.prior_spread
         n, name = 0, ""
         for key_name, key in reversed(keys_of(model, user, group, gpus)):
             found = self._keys.get(key)
@@ -132,16 +137,15 @@ class RuntimeHistory:
             count = len(found.sorted)
             own_mu = found.quantile(0.5)
             own_spread = found.quantile(0.9) - own_mu if count >= 2 else None
+            weight = count / (count + self.prior_n)
             if mu is None:
-                mu, spread = own_mu, own_spread if own_spread is not None else 0.0
+                mu, spread = own_mu, self.prior_spread
             else:
-                weight = count / (count + self.prior_n)
                 mu += weight * (own_mu - mu)
-                if own_spread is not None:
-                    assert spread is not None
-                    spread += weight * (own_spread - spread)
+            if own_spread is not None:
+                spread += weight * (own_spread - spread)
             n, name = count, key_name
-        if mu is None or spread is None:
+        if mu is None:
             return None
         return RuntimeLaw(
             median_s=math.exp(mu), p90_s=math.exp(mu + max(spread, 0.0)), n=n, key=name

@@ -9,9 +9,10 @@ from statistics import NormalDist
 import pytest
 
 from cpn.core.cycle import plan_cycle
-from cpn.core.eta import expected_end_s, project
+from cpn.core.eta import project
 from cpn.core.model import Estimate, frozen_map
 from cpn.core.presets import preset_policy
+from cpn.core.runtime_law import expected_end_s
 from tests.builders import cluster, job, nodes, running, snapshot
 
 A100 = "A100-80GB"

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cpn.core.model import Job, Node, Snapshot
+from cpn.core.runtime_law import expected_end_s
 
 _EPS = 1e-9
 
@@ -107,7 +108,7 @@ class Capacity:
                 slots.append(_slot(node, cluster.ready, ceiling))
         capacity = cls(slots)
         for item in snapshot.running:
-            end = max(item.predicted_end_s, snapshot.now_s)
+            end = expected_end_s(item, snapshot.now_s, at_least_s=0.0)
             for name in item.nodes:
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:

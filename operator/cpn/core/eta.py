@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape, worker_gpus
 from cpn.core.model import CyclePlan, Job, Node, Running, Snapshot, WaitReason
-from cpn.core.runtime_law import conditional_median_s, sigma_of
+from cpn.core.runtime_law import expected_end_s
 
 #: How far projections go: this many future cycles at most.
 MAX_CYCLES = 400
@@ -93,23 +93,6 @@ def _free_nodes(snapshot: Snapshot, delta: Delta) -> Snapshot:
         replace(c, nodes=tuple(node(c.name, n) for n in c.nodes)) for c in snapshot.clusters
     )
     return replace(snapshot, clusters=clusters)
-
-
-def expected_end_s(item: Running, now_s: float) -> float:
-    """When a job running at ``now_s`` is expected to end (see the module docstring).
-
-    Its planned duration d = predicted end - start is taken as the median of a
-    log-normal whose spread comes from the estimate's high/median ratio on its
-    GPU type; the answer is the median of that law given it exceeded now - start.
-    """
-    fallback = now_s + 1.0
-    median = item.job.estimate.on(item.gpu_type)
-    sigma = sigma_of(median or 0.0, item.job.estimate.high_s.get(item.gpu_type))
-    planned = item.predicted_end_s - item.start_s
-    elapsed = now_s - item.start_s
-    if not sigma or planned <= 0 or elapsed <= 0:
-        return max(item.predicted_end_s, fallback)
-    return max(item.start_s + conditional_median_s(planned, sigma, elapsed), fallback)
 
 
 #: Jobs at the head of the queue a focused cycle starts from (x4 each time that is not enough).

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
+from cpn.core.model import Running
+
 #: z-score of the 90th percentile (``Estimate.high_s``).
 Z90 = 1.2815515655446004
 _NORMAL = NormalDist()
@@ -28,7 +30,9 @@ def sigma_of(median_s: float, high_s: float | None) -> float:
 def conditional_median_s(median_s: float, sigma: float, age_s: float) -> float:
     """Median total runtime of a job of this law that has already run ``age_s``.
 
-    With no spread (or no age) it is the median, or ``age_s`` once past it.
+    With no spread (or no age) it is the median, or ``age_s`` once past it (an exact
+    estimate). With a spread: the law's median given the age, and beyond the law's 90th
+    percentile about twice the age (see the code for why).
     """
     if age_s <= 0 or median_s <= 0:
         return median_s
@@ -36,7 +40,12 @@ def conditional_median_s(median_s: float, sigma: float, age_s: float) -> float:
         return max(median_s, age_s)
     survived = _NORMAL.cdf(math.log(age_s / median_s) / sigma)
     q = min(survived + (1.0 - survived) / 2.0, 1.0 - 1e-12)
-    return max(age_s, median_s * math.exp(sigma * _NORMAL.inv_cdf(q)))
+    total = max(age_s, median_s * math.exp(sigma * _NORMAL.inv_cdf(q)))
+    # Past the law's 90th percentile the law has failed for this job: real runtimes are
+    # heavy-tailed, and a job that outlived 90% of its peers is expected to run about as
+    # long again (2 x age - p90: continuous at the p90, 2 x age far beyond it).
+    p90 = median_s * math.exp(Z90 * sigma)
+    return max(total, 2.0 * age_s - p90) if age_s > p90 else total
 
 
 def quantile_s(median_s: float, sigma: float, q: float) -> float:
@@ -44,3 +53,20 @@ def quantile_s(median_s: float, sigma: float, q: float) -> float:
     if sigma <= 0:
         return median_s
     return median_s * math.exp(sigma * _NORMAL.inv_cdf(q))
+
+
+def expected_end_s(item: Running, now_s: float, *, at_least_s: float = 1.0) -> float:
+    """When a job running at ``now_s`` is expected to end: its planned duration
+    (predicted end - start) taken as the median of the law its estimate states on its
+    GPU type, given that it already ran ``now_s - start``. Its predicted end early on;
+    later, as it outlives it, further out (never before ``now_s + at_least_s``).
+    The cycle's reservations and the ETA projection both read running jobs' ends here.
+    """
+    fallback = now_s + at_least_s
+    median = item.job.estimate.on(item.gpu_type)
+    sigma = sigma_of(median or 0.0, item.job.estimate.high_s.get(item.gpu_type))
+    planned = item.predicted_end_s - item.start_s
+    elapsed = now_s - item.start_s
+    if not sigma or planned <= 0 or elapsed <= 0:
+        return max(item.predicted_end_s, fallback)
+    return max(item.start_s + conditional_median_s(planned, sigma, elapsed), fallback)
