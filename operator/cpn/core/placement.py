@@ -28,9 +28,12 @@ its stats and the caller keeps its greedy decisions.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import highspy
 import pulp
 
 from cpn.core.capacity import Capacity, GroupKey, worker_gpus
@@ -38,6 +41,36 @@ from cpn.core.model import SolveStats
 from cpn.core.policy import QueuePolicy
 from cpn.core.queue import Ranked
 from cpn.core.quota import QuotaLedger
+
+
+def _quiet_banner() -> None:
+    """Have HiGHS print its banner now, into /dev/null.
+
+    HiGHS writes "Running HiGHS ... Copyright ..." on the process's C-level stdout
+    when the process creates its first solver, whatever ``msg`` says, and never
+    again. Creating that first one here, at import, with file descriptor 1 pointed
+    at /dev/null keeps stdout for what the commands print (``--json``: one document)
+    and the banner out of the operator's log, for every caller of the MILP.
+    """
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        saved = -1
+    try:
+        if saved >= 0:
+            os.dup2(null, 1)
+        highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        if saved >= 0:
+            os.dup2(saved, 1)
+            os.close(saved)
+        os.close(null)
+
+
+_quiet_banner()
 
 #: The weight of a job halves every this many ranks.
 RANK_HALF_LIFE = 4.0

@@ -1,0 +1,62 @@
+"""``--json`` / ``-o json`` of the commands that need a running cluster: one JSON document
+on stdout and nothing else (the offline ones are in tests/test_json_output.py).
+
+The benchmarks run at their smallest on the session's bed and leave it up (--keep-bed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cpn.devbed import stop_process
+from testbed.bed import Testbed
+from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
+from tests.test_json_output import run_json
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    with running_hub(testbed, tmp_path_factory.mktemp("json")) as hub:
+        yield hub
+
+
+def test_queue_json(hub: Hub) -> None:
+    """`cpn queue -o json`: the rows of the namespace, as one document."""
+    with new_namespace(hub, "json") as namespace:
+        assert apply(hub, namespace, aijob("one")).returncode == 0
+        wait_status(hub, namespace, "one", timeout_s=120, phase="Succeeded")
+        config = str(hub.kubeconfig)
+        rows = run_json(
+            *("-m", "cpn", "queue", "--kubeconfig", config, "-n", namespace, "--all", "-o", "json")
+        )
+        assert [r["aijob"] for r in rows] == [f"{namespace}/one"]
+        every = run_json("-m", "cpn", "queue", "--kubeconfig", config, "-A", "--all", "-o", "json")
+        assert f"{namespace}/one" in {r["aijob"] for r in every}
+
+
+def test_testbed_status_json(testbed: Testbed) -> None:
+    doc = run_json("-m", "cpn", "testbed", "status", "--json")
+    assert {c["component"] for c in doc} >= {"kube-apiserver", "etcd"}
+    assert all(c["healthy"] for c in doc)
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "key"),
+    [
+        ("bench_dispatch.py", ("--n", "4", "--workers", "2"), "direct"),
+        ("bench_latency.py", ("--rate", "2", "--seconds", "2"), "latency_s"),
+        ("bench_memory.py", ("--n", "4", "--steady-s", "2"), "n"),
+    ],
+)
+def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> None:
+    """Each bench starts its own operator: the module's is stopped while it runs."""
+    stop_process(hub.proc)
+    try:
+        doc = run_json(f"bench/{script}", *args, "--keep-bed", "--json")
+    finally:
+        hub.restart()
+    assert key in doc and doc["bench"] == script.removeprefix("bench_").removesuffix(".py")
