@@ -3,7 +3,8 @@
 One row per AIJob that has not finished: position, job, user, group, GPUs,
 predicted runtime, ETA, phase and the reason it waits (or where it runs).
 Reads the AIJobs' status from the hub, so it shows exactly what the operator
-wrote; ``-o json|yaml`` for scripts.
+wrote; ``-o json|yaml`` for scripts. The kubeconfig context's namespace unless
+``-n NAMESPACE`` or ``-A`` (every namespace), as kubectl.
 """
 
 from __future__ import annotations
@@ -89,37 +90,40 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="cpn queue", description=__doc__)
     parser.add_argument("--queue", help="only this queue")
-    parser.add_argument("-n", "--namespace", help="only this namespace")
+    parser.add_argument(
+        "-n", "--namespace", help="this namespace (default: the kubeconfig context's, as kubectl)"
+    )
+    parser.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     parser.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
     parser.add_argument("--all", action="store_true", help="include finished jobs")
-    parser.add_argument("--kubeconfig", help="the hub's kubeconfig (default: $KUBECONFIG)")
+    parser.add_argument("--kubeconfig", help="the hub's kubeconfig (default: as kubectl)")
     args = parser.parse_args(list(argv))
-    from pathlib import Path
+    from cpn.adapters.hubcli import on_hub
 
+    return on_hub("cpn queue", lambda: _show(args))
+
+
+def _show(args: argparse.Namespace) -> int:
     from kubernetes import client
-
-    from cpn.adapters.kube import client_from_kubeconfig, hub_client
-
-    api = (
-        client_from_kubeconfig(Path(args.kubeconfig).read_text())
-        if args.kubeconfig
-        else (hub_client())
-    )
     from kubernetes.client.exceptions import ApiException
 
+    from cpn.adapters.hubcli import hub_api, hub_namespace
+
+    api = hub_api(args.kubeconfig)
+    namespace = None if args.all_namespaces else args.namespace or hub_namespace(args.kubeconfig)
     custom: Any = client.CustomObjectsApi(api)
     try:
-        if args.namespace:
+        if namespace:
             result = custom.list_namespaced_custom_object(
-                k.GROUP, k.VERSION, args.namespace, k.AIJOB_PLURAL
+                k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL
             )
         else:
             result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
     except ApiException as err:
         if err.status != 403:
             raise
-        where = f"namespace {args.namespace}" if args.namespace else "all namespaces"
-        hint = "" if args.namespace else "; try -n NAMESPACE for one you may read"
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        hint = "" if namespace else "; try -n NAMESPACE for one you may read"
         print(f"cpn queue: you may not list AIJobs in {where}{hint}", file=sys.stderr)
         return 1
     rows = rows_from(result.get("items") or [], queue=args.queue, include_finished=args.all)

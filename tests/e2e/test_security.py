@@ -26,7 +26,7 @@ from kubernetes import client
 from cpn.adapters.kube import client_from_kubeconfig
 from cpn.devbed import NAMESPACE, bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import TEST_POLICY, Hub, aijob, apply, wait_status
+from tests.e2e.hubkit import TEST_POLICY, Hub, aijob, apply, events_of, wait_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -401,12 +401,48 @@ def test_cpn_queue_with_a_users_kubeconfig_shows_only_what_rbac_allows(
     rows = json.loads(own.stdout)
     assert rows and {row["aijob"].split("/")[0] for row in rows} == {"team-a"}
     assert {row["group"] for row in rows} == {"vision"}
-    for args in (("-n", "team-b"), ()):
+    for args in (("-n", "team-b"), ("-A",), ()):  # () = the context's: none, so "default"
         other = queue(*args)
         assert other.returncode != 0
         assert "asks-500" not in other.stdout and "bobs" not in other.stdout
         assert other.stderr.startswith("cpn queue: you may not list AIJobs in "), other.stderr
         assert "Traceback" not in other.stderr
+    doc = yaml.safe_load(config.read_text())
+    doc["contexts"][0]["context"]["namespace"] = "team-a"
+    config.write_text(yaml.safe_dump(doc))
+    in_context = queue("-o", "json")  # no -n: the context's namespace, as kubectl
+    assert in_context.returncode == 0, in_context.stderr
+    assert {r["aijob"] for r in json.loads(in_context.stdout)} == {r["aijob"] for r in rows}
+
+
+def test_the_aijob_roles_show_their_jobs_events_in_describe(hub: ServiceAccountHub) -> None:
+    """A user bound only to cpn-aijob-editor (alice) or cpn-aijob-viewer (vera) sees the
+    Events cpn wrote about an AIJob in `kubectl describe`, as the user guide promises."""
+    assert apply(hub, "team-a", aijob("described")).returncode == 0
+    reasons = wait_until(
+        lambda: events_of(hub, "team-a", "described"), timeout_s=120, what="an Event"
+    )
+    kubectl(hub.tb, "hub", "-n", "team-a", "create", "serviceaccount", "vera")
+    kubectl(
+        hub.tb,
+        "hub",
+        *("-n", "team-a", "create", "rolebinding", "vera-aijobs"),
+        *("--clusterrole=cpn-aijob-viewer", "--serviceaccount=team-a:vera"),
+    )
+    for user in ("alice", "vera"):
+        described = as_(
+            hub,
+            f"system:serviceaccount:team-a:{user}",
+            "-n",
+            "team-a",
+            "describe",
+            "aijob",
+            "described",
+        )
+        assert described.returncode == 0, described.stderr
+        events = described.stdout.split("\nEvents:", 1)[1]
+        assert reasons[0] in events, (user, described.stdout[-1500:])
+        assert "<none>" not in events.splitlines()[0]
 
 
 # --- (c) member credentials only in Secrets ------------------------------------------------------
