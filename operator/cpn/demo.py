@@ -4,8 +4,10 @@ Brings the test bed up (hub + member clusters with simulated GPU nodes),
 installs the CRDs, policy and MemberClusters, starts the operator, applies a
 batch of AIJobs with ``kubectl`` (the original notes' resnet50, yolov8m and
 llama3 among other models, of several sizes, from three teams), shows the
-queue live until every job has finished, then prints a summary: completion
-time, wait, and predicted against actual runtime for each job.
+queue live (``cpn queue``'s table, finished jobs included) until every job has
+finished, then prints a summary: completion time, wait, and predicted against
+actual runtime for each job; the explanation (``cpn explain``, from the
+operator's decision log) of the job that waited longest; and what to look at next.
 
 The simulated runtime of each job on each GPU type is the benchmark-based
 runtime (Gavel's measured throughput where it has the model, GPU specifications
@@ -31,6 +33,7 @@ import yaml
 from cpn.api.aijob import parse_time
 from cpn.api.status import human_duration
 from cpn.devbed import bootstrap_testbed, start_operator, stop_process
+from cpn.queueview import render_table, rows_from
 
 TEAMS = {
     "team-vision": ("alice", "vision"),
@@ -53,6 +56,10 @@ MIX: list[tuple[str, int, int, int, int, str]] = [
     ("resnet50", 256, 8, 1, 30, "team-vision"),
 ]
 TYPES = ("A100-80GB", "V100-32GB")
+#: A public image that exists, named by the demo's jobs and examples/aijobs until cpn ships
+#: a trainer image. On the test bed KWOK runs no container: the per-GPU-type duration
+#: annotation says how long each "runs".
+IMAGE = "python:3.12-slim"
 FINISHED = {"Succeeded", "Failed", "Invalid"}
 
 
@@ -100,7 +107,15 @@ def demo_jobs(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
                 },
                 "template": {
                     "metadata": {"annotations": notes},
-                    "spec": {"containers": [{"name": "train", "image": f"trainer/{model}:1"}]},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "train",
+                                "image": IMAGE,
+                                "command": ["python", "-c", f"print('cpn demo job: {model}')"],
+                            }
+                        ]
+                    },
                 },
             },
         }
@@ -188,6 +203,57 @@ def summary(items: Sequence[dict[str, Any]]) -> tuple[str, dict[str, float]]:
     return "\n".join(lines), figures
 
 
+def longest_wait(items: Sequence[dict[str, Any]]) -> str | None:
+    """NAMESPACE/NAME of the started job that waited longest (None when none started)."""
+    waits = {}
+    for item in items:
+        start = parse_time((item.get("status") or {}).get("startTime"))
+        created = parse_time(item["metadata"]["creationTimestamp"])
+        if start is not None and created is not None:
+            waits[f"{item['metadata']['namespace']}/{item['metadata']['name']}"] = start - created
+    return max(sorted(waits), key=lambda key: waits[key]) if waits else None
+
+
+def _log_files(decisions: Path) -> list[Path]:
+    """The decision log's files oldest first: LOG.N ... LOG.1, LOG."""
+    rotated = [p for p in decisions.parent.glob(decisions.name + ".*") if p.suffix[1:].isdigit()]
+    rotated.sort(key=lambda p: -int(p.suffix[1:]))
+    return [*rotated, decisions] if decisions.exists() else rotated
+
+
+def _explain(job: str, decisions: Path) -> str:
+    """What ``cpn explain JOB --log ...`` prints (its error when it has nothing to say)."""
+    files = [str(p) for p in _log_files(decisions)]
+    done = subprocess.run(
+        [sys.executable, "-m", "cpn", "explain", job, "--log", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+def next_steps(tb: Any, decisions: Path, job: str | None) -> str:
+    """What a newcomer should look at next, with this bed's paths (the operator is stopped)."""
+    example = job or "NAMESPACE/NAME"
+    namespace, _, name = example.partition("/")
+    prometheus = ", ".join(f"{m} {tb.prometheus_url(m)}" for m in tb.members)
+    lines = [
+        "",
+        "== next: the test bed is still up (the operator is stopped); in this shell:",
+        f"  export KUBECONFIG={tb.kubeconfig_merged} PATH={tb.kubectl.parent}:$PATH",
+        "  kubectl get aijobs -A                  # every job: phase, cluster, GPU type, start",
+        f"  kubectl describe aijob -n {namespace} {name}   # its conditions and Events",
+        "  cpn queue -A --all                     # the queue view (.venv/bin/cpn)",
+        f"  cpn explain {example} --log {decisions}",
+        "                                         # why it waited and why it went there",
+        f"  dashboards: Prometheus of each member ({prometheus}),",
+        "    the Grafana dashboard manifests/grafana-dashboard.json (docs/observability.md)",
+        "  make testbed-down                      # stop the test bed",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cpn demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -220,8 +286,12 @@ def main(argv: Sequence[str]) -> int:
             f"cpn.io/group={group}",
         )
     log = tb.state_dir / "logs" / "operator.log"
-    print(f"== operator: starting (log: {log})")
-    proc = start_operator(hub, log, interval_s=5, debounce_s=0.2)
+    decisions = tb.state_dir / "logs" / "decisions.jsonl"
+    for old in decisions.parent.glob(decisions.name + "*"):  # a previous demo's cycles
+        old.unlink()
+    print(f"== operator: starting (log: {log}, decision log: {decisions})")
+    proc = start_operator(hub, log, interval_s=5, debounce_s=0.2, decision_log=decisions)
+    longest = None
     try:
         for namespace in TEAMS:  # a previous demo's jobs: gone before the new ones come
             _kubectl(kubectl, hub, "delete", "aijobs", "--all", "-n", namespace, "--timeout=120s")
@@ -240,9 +310,8 @@ def main(argv: Sequence[str]) -> int:
                 return 1
             items = [i for i in _items(kubectl, hub) if i["metadata"]["namespace"] in TEAMS]
             done = sum((i.get("status") or {}).get("phase") in FINISHED for i in items)
-            table = _kubectl(
-                kubectl, hub, "get", "aijobs", "-A", "--sort-by=.status.position"
-            ).stdout
+            rows = rows_from(items, include_finished=True)
+            table = render_table(rows) if rows else "no AIJobs yet"
             width = shutil.get_terminal_size((120, 40))
             if sys.stdout.isatty():
                 print("\033[2J\033[H", end="")
@@ -254,6 +323,10 @@ def main(argv: Sequence[str]) -> int:
         text, figures = summary(items)
         print("\n== summary\n" + text)
         print("\n" + json.dumps({k: round(v, 3) for k, v in figures.items()}))
+        longest = longest_wait(items)
+        if longest:
+            print(f"\n== why {longest} waited longest: cpn explain {longest} --log ...")
+            print(_explain(longest, decisions), end="")
         ok = figures["succeeded"] == len(jobs)
         print("== demo " + ("passed: every AIJob Succeeded" if ok else "FAILED"))
         return 0 if ok else 1
@@ -262,7 +335,4 @@ def main(argv: Sequence[str]) -> int:
         if args.down:
             tb.down()
         else:
-            print(
-                "the test bed is still up: `make testbed-down` stops it; "
-                f"KUBECONFIG={tb.kubeconfig_merged} kubectl get aijobs -A"
-            )
+            print(next_steps(tb, decisions, longest))

@@ -1,0 +1,78 @@
+"""`cpn demo`'s jobs, its choice of the job to explain, and what it tells a newcomer next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cpn.demo import IMAGE, _log_files, demo_jobs, longest_wait, next_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def images(body: dict[str, Any]) -> list[str]:
+    return [c["image"] for c in body["spec"]["template"]["spec"]["containers"]]
+
+
+def test_the_demo_and_the_examples_name_one_public_image() -> None:
+    """A pinned official image, not a made-up trainer name nobody can pull."""
+    assert IMAGE == "python:3.12-slim"
+    examples = [
+        doc
+        for path in sorted((ROOT / "examples" / "aijobs").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "AIJob"
+    ]
+    assert len(examples) == 4
+    assert {i for doc in examples for i in images(doc)} == {IMAGE}
+    assert {i for _, body in demo_jobs(6, seed=1) for i in images(body)} == {IMAGE}
+
+
+def item(name: str, created: str, start: str | None) -> dict[str, Any]:
+    status = {"startTime": start} if start else {}
+    return {
+        "metadata": {"namespace": "team-nlp", "name": name, "creationTimestamp": created},
+        "status": status,
+    }
+
+
+def test_longest_wait_is_the_started_job_that_waited_most() -> None:
+    items = [
+        item("quick", "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"),
+        item("slow", "2026-01-01T00:00:10Z", "2026-01-01T00:02:00Z"),
+        item("never", "2025-12-31T00:00:00Z", None),
+    ]
+    assert longest_wait(items) == "team-nlp/slow"
+    assert longest_wait([items[2]]) is None
+
+
+def test_log_files_oldest_first(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    for name in ("decisions.jsonl", "decisions.jsonl.1", "decisions.jsonl.2", "other.jsonl.3"):
+        (tmp_path / name).write_text("")
+    assert _log_files(log) == [tmp_path / "decisions.jsonl.2", tmp_path / "decisions.jsonl.1", log]
+
+
+class Bed:
+    members = ("member-a", "member-b")
+    kubeconfig_merged = Path("/tmp/bed/kubeconfig")
+    kubectl = Path("/cache/bin/kubectl")
+
+    def prometheus_url(self, member: str) -> str:
+        return f"http://127.0.0.1:9{len(member)}/{member}"
+
+
+def test_next_steps_name_the_commands_the_issue_lists() -> None:
+    """kubectl get aijobs -A, cpn queue, cpn explain of the job shown, the dashboards and
+    make testbed-down, with this bed's kubeconfig and Prometheus addresses."""
+    text = next_steps(Bed(), Path("/tmp/bed/logs/decisions.jsonl"), "team-nlp/llama3-8b-04")
+    assert "export KUBECONFIG=/tmp/bed/kubeconfig PATH=/cache/bin:$PATH" in text
+    assert "kubectl get aijobs -A" in text
+    assert "kubectl describe aijob -n team-nlp llama3-8b-04" in text
+    assert "cpn queue -A --all" in text
+    assert "cpn explain team-nlp/llama3-8b-04 --log /tmp/bed/logs/decisions.jsonl" in text
+    assert "member-a http://127.0.0.1:98/member-a" in text and "grafana-dashboard.json" in text
+    assert "make testbed-down" in text
+    assert (ROOT / "manifests" / "grafana-dashboard.json").exists()
