@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -74,7 +75,7 @@ def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> 
     assert sorted(s["position"] for s in statuses) == [1, 2]
     assert all(s["reason"] in {"Capacity", "Priority", "Reservation"} for s in statuses)
     rows = printed_table(hub.kubectl("get", "aijobs", "-n", namespace).stdout)
-    assert list(rows[0])[:10] == [
+    assert list(rows[0])[:11] == [
         "NAME",
         "QUEUE",
         "POSITION",
@@ -83,11 +84,15 @@ def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> 
         "GPUS",
         "GPU-TYPE",
         "PREDICTED",
-        "ETA",
+        "START",
+        "FINISH",
         "AGE",
     ]
     row = next(r for r in rows if r["NAME"] == "wait-0")
-    assert row["PHASE"] == "Queued" and row["ETA"].endswith("Z") and row["POSITION"]
+    assert row["PHASE"] == "Queued" and row["POSITION"]
+    instant = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # with its date: never ambiguous
+    assert instant.fullmatch(row["FINISH"]), row
+    assert instant.fullmatch(row["START"]) or not row["START"], row  # empty when imminent
     assert row["GPUS"] == "8" and row["PREDICTED"]
     queue = subprocess.run(
         [
