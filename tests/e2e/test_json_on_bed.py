@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
 
 from cpn.devbed import stop_process
 from testbed.bed import Testbed
@@ -44,6 +45,11 @@ def test_testbed_status_json(testbed: Testbed) -> None:
     assert all(c["healthy"] for c in doc)
 
 
+def namespaces(tb: Testbed, cluster: str) -> set[str]:
+    with tb.api_client(cluster) as api:
+        return {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items}
+
+
 @pytest.mark.parametrize(
     ("script", "args", "key"),
     [
@@ -53,10 +59,22 @@ def test_testbed_status_json(testbed: Testbed) -> None:
     ],
 )
 def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> None:
-    """Each bench starts its own operator: the module's is stopped while it runs."""
+    """Each bench starts its own operator: the module's is stopped while it runs. The
+    namespaces a bench made are deleted after it, AIJobs first (the operator removes their
+    member Jobs), and the metrics stack it stopped is started again, so later tests find
+    the bed as it was."""
+    before = {c: namespaces(hub.tb, c) for c in hub.tb.clusters}
     stop_process(hub.proc)
     try:
         doc = run_json(f"bench/{script}", *args, "--keep-bed", "--json")
     finally:
+        hub.tb.up()  # the benches stop the bed's metrics stack (dcgm, prometheus)
         hub.restart()
+        for made in namespaces(hub.tb, "hub") - before["hub"]:
+            hub.kubectl("delete", "aijobs", "--all", "-n", made, "--timeout=120s", check=False)
+            hub.kubectl("delete", "namespace", made, "--wait=false", check=False)
+        for member in hub.tb.members:  # bench_dispatch's direct Jobs
+            with hub.tb.api_client(member) as api:
+                for made in namespaces(hub.tb, member) - before[member]:
+                    client.CoreV1Api(api).delete_namespace(made)
     assert key in doc and doc["bench"] == script.removeprefix("bench_").removesuffix(".py")
