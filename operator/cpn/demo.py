@@ -236,15 +236,16 @@ def _explain(job: str, decisions: Path) -> str:
 def next_steps(tb: Any, decisions: Path, job: str | None) -> str:
     """What a newcomer should look at next, with this bed's paths (the operator is stopped)."""
     example = job or "NAMESPACE/NAME"
+    bin_dir = Path(sys.executable).parent  # where `cpn` is
     namespace, _, name = example.partition("/")
     prometheus = ", ".join(f"{m} {tb.prometheus_url(m)}" for m in tb.members)
     lines = [
         "",
         "== next: the test bed is still up (the operator is stopped); in this shell:",
-        f"  export KUBECONFIG={tb.kubeconfig_merged} PATH={tb.kubectl.parent}:$PATH",
-        "  kubectl get aijobs -A                  # every job: phase, cluster, GPU type, start",
+        f"  export KUBECONFIG={tb.kubeconfig_merged} PATH={tb.kubectl.parent}:{bin_dir}:$PATH",
+        "  kubectl get aijobs -A                  # every job: phase, cluster, GPU type",
         f"  kubectl describe aijob -n {namespace} {name}   # its conditions and Events",
-        "  cpn queue -A --all                     # the queue view (.venv/bin/cpn)",
+        "  cpn queue -A --all                     # the queue view, finished jobs too",
         f"  cpn explain {example} --log {decisions}",
         "                                         # why it waited and why it went there",
         f"  dashboards: Prometheus of each member ({prometheus}),",
@@ -325,7 +326,7 @@ def main(argv: Sequence[str]) -> int:
         print("\n" + json.dumps({k: round(v, 3) for k, v in figures.items()}))
         longest = longest_wait(items)
         if longest:
-            print(f"\n== why {longest} waited longest: cpn explain {longest} --log ...")
+            print(f"\n== the job that waited longest: cpn explain {longest} --log {decisions}")
             print(_explain(longest, decisions), end="")
         ok = figures["succeeded"] == len(jobs)
         print("== demo " + ("passed: every AIJob Succeeded" if ok else "FAILED"))

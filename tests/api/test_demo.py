@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,9 @@ def test_next_steps_name_the_commands_the_issue_lists() -> None:
     """kubectl get aijobs -A, cpn queue, cpn explain of the job shown, the dashboards and
     make testbed-down, with this bed's kubeconfig and Prometheus addresses."""
     text = next_steps(Bed(), Path("/tmp/bed/logs/decisions.jsonl"), "team-nlp/llama3-8b-04")
-    assert "export KUBECONFIG=/tmp/bed/kubeconfig PATH=/cache/bin:$PATH" in text
+    venv = Path(sys.executable).parent
+    assert f"export KUBECONFIG=/tmp/bed/kubeconfig PATH=/cache/bin:{venv}:$PATH" in text
+    assert (venv / "cpn").exists()
     assert "kubectl get aijobs -A" in text
     assert "kubectl describe aijob -n team-nlp llama3-8b-04" in text
     assert "cpn queue -A --all" in text
