@@ -62,3 +62,22 @@ def kubeconfig_problems(text: str) -> list[str]:
                         "no exec or auth-provider)"
                     )
     return problems
+
+
+def context_namespace(text: str, context: str | None = None) -> str:
+    """The namespace a kubeconfig's context (its current one unless named) points at, as
+    kubectl uses it when no ``-n`` is given; "default" when it names none."""
+    try:
+        doc = load_yaml(text)
+    except YamlError:
+        return "default"
+    if not isinstance(doc, Mapping):
+        return "default"
+    name = context or doc.get("current-context")
+    contexts = doc.get("contexts")
+    for entry in contexts if isinstance(contexts, list) else []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            inner = entry.get("context")
+            found = inner.get("namespace") if isinstance(inner, Mapping) else None
+            return str(found) if found else "default"
+    return "default"
