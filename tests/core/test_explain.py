@@ -90,3 +90,12 @@ def test_first_to_free_says_nothing_when_there_is_room_now_or_never():
         running_jobs=[holder],
     )
     assert first_to_free(snap, ["fits", "huge"]) == {}
+
+
+def test_first_to_free_names_an_overdue_job_due_about_now():
+    """A job past its predicted end still holds the room: it is named, due from now on."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+    overdue = running(job("overdue", gpus=8), "m", A100, ("m-0",), end_s=50)
+    snap = snapshot(jobs=[job("w", gpus=8)], clusters=[c], running_jobs=[overdue], now_s=100)
+    found = first_to_free(snap, ["w"])["w"]
+    assert found.job_key == "overdue" and found.at_s >= 100  # never before now

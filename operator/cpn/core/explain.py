@@ -159,11 +159,11 @@ def _frees(
 ) -> Frees | None:
     best: tuple[float, GroupKey, tuple[str, ...]] | None = None
     for group in groups:
+        if capacity.fit(job, group) is not None:
+            return None  # room now: nothing to wait for
         found = capacity.earliest_fit(job, group, now_s)
         if found is None:
             continue
-        if found[0] <= now_s:
-            return None  # room now: nothing to wait for
         if best is None or (found[0], group) < best[:2]:
             best = (found[0], group, found[1])
     if best is None:
