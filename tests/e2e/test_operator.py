@@ -87,7 +87,8 @@ def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> 
         "AGE",
     ]
     row = next(r for r in rows if r["NAME"] == "wait-0")
-    assert row["PHASE"] == "Queued" and row["ETA"].endswith("Z") and row["POSITION"]
+    assert row["PHASE"] == "Queued" and row["POSITION"]
+    assert row["ETA"].endswith("Z") or row["ETA"] == "imminent"  # a start < 30 s away
     assert row["GPUS"] == "8" and row["PREDICTED"]
     queue = subprocess.run(
         [
