@@ -83,6 +83,7 @@ def live_view(body: Mapping[str, Any]) -> dict[str, Any]:
         "phase": status.get("phase") or "",
         "reason": admitted.get("reason") or status.get("reason") or "",
         "explanation": admitted.get("message") or status.get("message") or "",
+        "admitted": {"True": True, "False": False}.get(admitted.get("status", "")),
         "since": admitted.get("lastTransitionTime"),
         "queue": status.get("queue"),
         "position": status.get("position"),
@@ -95,7 +96,9 @@ def live_view(body: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": status.get("nodes"),
         "placement": status.get("placement"),
     }
-    return {key: value for key, value in view.items() if value not in (None, "", [])}
+    return {
+        key: value for key, value in view.items() if value is not None and value not in ("", [])
+    }
 
 
 def render_live(view: Mapping[str, Any]) -> str:
@@ -129,8 +132,9 @@ def render_live(view: Mapping[str, Any]) -> str:
             )
     if placement and "runnerUp" not in placement:
         lines.append("  runner-up: none (no other cluster and GPU type could take it)")
-    if view.get("since"):
-        lines.append(f"  (reason unchanged since {view['since']})")
+    if view.get("since") and view.get("admitted") is not None:
+        state = "admitted" if view["admitted"] else "waiting"
+        lines.append(f"  ({state} since {view['since']})")
     return "\n".join(lines)
 
 
