@@ -15,7 +15,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cpn.run", "run the operator against the current kubeconfig's cluster (the hub)"),
     "demo": ("cpn.demo", "the whole product on the local test bed: a batch of AIJobs, live"),
-    "explain": ("cpn.explain", "why a job waits, or why it went where it went (decision log)"),
+    "explain": ("cpn.explain", "why a job waits or went where it went (--log: replay)"),
     "queue": ("cpn.queueview", "the queue across clusters: position, ETA and why each job waits"),
     "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),

@@ -1,10 +1,17 @@
-"""``cpn explain NAMESPACE/NAME --log DECISIONS``: why a job waits, or why it went where it went.
+"""``cpn explain NAME``: why a job waits, or why it went where it went.
 
-Reads the operator's decision log (``CPN_DECISION_LOG``), takes the last cycle
-in which the job was pending, and prints what that cycle weighed: the job's
-score and the terms of the formula, the quotas it uses, and every candidate
-cluster and GPU type with predicted runtime, transfer time, earliest start and
-completion time, and which one won.
+From the live cluster (the default): reads the AIJob, with no more access than a
+namespace's users have (get on aijobs), and prints the explanation the operator keeps
+in its status: the condition ``Admitted`` (reason and message: the quota, reservation or
+room it waits for, which running job's end makes room, the predicted start), its place
+in its queue, the start range, and for a placed job the place chosen and the runner-up
+with what each would have cost. The namespace: ``-n``, else ``NAMESPACE/NAME``, else
+the kubeconfig context's.
+
+``--log DECISIONS...`` replays the operator's decision log instead
+(``CPN_DECISION_LOG``): the last cycle in which the job was pending, with the job's
+score and the terms of the formula, the quotas it uses, and every candidate cluster and
+GPU type with predicted runtime, transfer time, earliest start and completion time.
 """
 
 from __future__ import annotations
@@ -12,10 +19,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from cpn.api.status import human_duration
+from cpn.api import constants as k
+from cpn.api.kubeconfig import context_namespace
+from cpn.api.status import human_duration, likely
 from cpn.core.explain import Explanation, explain
 from cpn.decisions import read_log
 
@@ -59,26 +71,145 @@ def render(found: Explanation, cycle: int) -> str:
     return "\n".join(lines)
 
 
+def live_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``cpn explain`` shows of an AIJob read from the cluster (its status only)."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    admitted: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == k.COND_ADMITTED), {}
+    )
+    view = {
+        "aijob": f"{meta.get('namespace')}/{meta.get('name')}",
+        "phase": status.get("phase") or "",
+        "reason": admitted.get("reason") or status.get("reason") or "",
+        "explanation": admitted.get("message") or status.get("message") or "",
+        "admitted": {"True": True, "False": False}.get(admitted.get("status", "")),
+        "since": admitted.get("lastTransitionTime"),
+        "queue": status.get("queue"),
+        "position": status.get("position"),
+        "eta": status.get("eta"),
+        "estimatedStart": status.get("estimatedStart"),
+        "estimatedStartRange": status.get("estimatedStartRange"),
+        "estimatedFinish": status.get("estimatedFinish"),
+        "cluster": status.get("cluster"),
+        "gpuType": status.get("gpuType"),
+        "nodes": status.get("nodes"),
+        "placement": status.get("placement"),
+    }
+    return {
+        key: value for key, value in view.items() if value is not None and value not in ("", [])
+    }
+
+
+def render_live(view: Mapping[str, Any]) -> str:
+    """The terminal form of :func:`live_view`."""
+    phase = view.get("phase") or "not yet seen by the operator"
+    head = f"{view['aijob']}: {phase}"
+    if view.get("reason"):
+        head += f" ({view['reason']})"
+    if view.get("position"):
+        head += f", position {view['position']} in queue {view.get('queue', 'default')}"
+    lines = [head]
+    if view.get("explanation"):
+        lines.append(f"  why: {view['explanation']}")
+    if view.get("cluster"):
+        nodes = ", ".join(view.get("nodes") or [])
+        lines.append(f"  on: {view['cluster']} ({view.get('gpuType', '')}), nodes {nodes}")
+    if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("eta"):
+        lines.append(f"  start: {view['eta']}{likely(view.get('estimatedStartRange'))}")
+    elif view.get("eta"):
+        lines.append(f"  finish: {view['eta']}")
+    placement = view.get("placement") or {}
+    for label, key in (("chosen", "chosen"), ("runner-up", "runnerUp")):
+        c = placement.get(key)
+        if c:
+            lines.append(
+                f"  {label + ':':<10} {c['cluster']:<12} {c['gpuType']:<12} runtime "
+                f"{human_duration(c['runtimeSeconds']):>8}  transfer "
+                f"{human_duration(c['transferSeconds']) or '0s':>6}  wait "
+                f"{human_duration(c['waitSeconds']) or '0s':>8}  completion "
+                f"{human_duration(c['completionSeconds']) or '0s':>8}"
+            )
+    if placement and "runnerUp" not in placement:
+        lines.append("  runner-up: none (no other cluster and GPU type could take it)")
+    if view.get("since") and view.get("admitted") is not None:
+        state = "admitted" if view["admitted"] else "waiting"
+        lines.append(f"  ({state} since {view['since']})")
+    return "\n".join(lines)
+
+
+def _target(job: str, namespace: str | None, kubeconfig: str | None) -> tuple[str, str]:
+    """(namespace, name): -n, else NAMESPACE/NAME, else the kubeconfig context's."""
+    if "/" in job:
+        given, name = job.split("/", 1)
+        return namespace or given, name
+    if namespace:
+        return namespace, job
+    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    file = Path(path) if path else Path.home() / ".kube" / "config"
+    try:
+        text = file.read_text()
+    except OSError:
+        return "default", job
+    return context_namespace(text), job
+
+
+def _live(args: argparse.Namespace) -> int:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from cpn.adapters.kube import client_from_kubeconfig, hub_client
+
+    namespace, name = _target(args.job, args.namespace, args.kubeconfig)
+    api = (
+        client_from_kubeconfig(Path(args.kubeconfig).read_text())
+        if args.kubeconfig
+        else hub_client()
+    )
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        body = custom.get_namespaced_custom_object(
+            k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL, name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            print(f"cpn explain: no AIJob {name!r} in namespace {namespace}", file=sys.stderr)
+        elif err.status in {401, 403}:
+            print(f"cpn explain: you may not read AIJobs in namespace {namespace}", file=sys.stderr)
+        else:
+            print(f"cpn explain: the hub answered {err.status} {err.reason}", file=sys.stderr)
+        return 1
+    view = live_view(body)
+    print(json.dumps(view, indent=1) if args.json else render_live(view))
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cpn explain",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("job", help="NAMESPACE/NAME of the AIJob")
+    parser.add_argument("job", help="NAME or NAMESPACE/NAME of the AIJob")
+    parser.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    parser.add_argument("--kubeconfig", help="the hub's kubeconfig (default: $KUBECONFIG)")
     parser.add_argument(
-        "--log", required=True, nargs="+", type=Path, help="decision log file(s), oldest first"
+        "--log", nargs="+", type=Path, help="replay decision log file(s), oldest first"
     )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(list(argv))
+    if not args.log:
+        return _live(args)
+    namespace, name = _target(args.job, args.namespace, args.kubeconfig)
+    key = f"{namespace}/{name}"
     last = None
     for decision in read_log(*args.log):
-        if any(j.key == args.job for j in decision.snapshot.pending):
+        if any(j.key == key for j in decision.snapshot.pending):
             last = decision
     if last is None:
-        print(f"cpn explain: {args.job} was not pending in any cycle of the log")
+        print(f"cpn explain: {key} was not pending in any cycle of the log", file=sys.stderr)
         return 1
-    found = explain(last.snapshot, last.plan, args.job)
+    found = explain(last.snapshot, last.plan, key)
     if args.json:
         print(
             json.dumps({"cycle": last.cycle, **dataclasses.asdict(found)}, indent=1, default=dict)

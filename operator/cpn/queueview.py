@@ -19,7 +19,18 @@ import yaml
 
 from cpn.api import constants as k
 
-COLUMNS = ("POSITION", "AIJOB", "USER", "GROUP", "GPUS", "PREDICTED", "ETA", "PHASE", "REASON")
+COLUMNS = (
+    "POSITION",
+    "AIJOB",
+    "USER",
+    "GROUP",
+    "GPUS",
+    "PREDICTED",
+    "ETA",
+    "LIKELY-START",
+    "PHASE",
+    "REASON",
+)
 
 
 def rows_from(
@@ -47,6 +58,7 @@ def rows_from(
                 "predicted": status.get("predicted", ""),
                 "eta": status.get("eta", ""),
                 "estimatedStart": status.get("estimatedStart"),
+                "estimatedStartRange": status.get("estimatedStartRange"),
                 "phase": phase,
                 "cluster": where,
                 "gpuType": status.get("gpuType"),
@@ -59,6 +71,14 @@ def rows_from(
     waiting.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["aijob"]))
     others.sort(key=lambda r: (r["phase"], r["aijob"]))
     return waiting + others
+
+
+def _span(span: Mapping[str, str] | None) -> str:
+    """A start range as clock times: "14:05:00Z-15:30:00Z", or "by 15:30:00Z"."""
+    if not span or "latest" not in span:
+        return ""
+    latest = span["latest"][11:]
+    return f"{span['earliest'][11:]}-{latest}" if "earliest" in span else f"by {latest}"
 
 
 def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -75,6 +95,7 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 f"{row['gpus']:g}" if isinstance(row["gpus"], int | float) else "",
                 row["predicted"],
                 row["eta"],
+                _span(row["estimatedStartRange"]),
                 row["phase"],
                 reason[:80],
             ]

@@ -366,6 +366,23 @@ def test_deployment_runs_one_active_replica_via_the_lease(base: list[dict[str, A
     assert {name for name in env if name.startswith("CPN_")} <= known | proposed
 
 
+def test_decision_log_is_on_and_bounded_by_the_state_volume(base: list[dict[str, Any]]) -> None:
+    """The Deployment writes the decision log (cpn replay needs it) onto the state volume,
+    and its rotation (size x files) fits in that volume's size limit."""
+    env = env_of(base)
+    path = env["CPN_DECISION_LOG"]
+    mounts = {m["mountPath"]: m["name"] for m in container(base)["volumeMounts"]}
+    mount = next(m for m in mounts if path.startswith(m + "/"))
+    volumes = {v["name"]: v for v in one(base, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    limit = volumes[mounts[mount]]["emptyDir"]["sizeLimit"]
+    assert limit.endswith(("Gi", "Mi"))
+    limit_bytes = int(limit[:-2]) << (30 if limit.endswith("Gi") else 20)
+    default = {f.name: f.default for f in fields(OperatorConfig)}
+    size = int(env.get("CPN_DECISION_LOG_MAX_BYTES", default["decision_log_max_bytes"]))
+    files = 1 + int(env.get("CPN_DECISION_LOG_BACKUPS", default["decision_log_backups"]))
+    assert size * files <= limit_bytes / 2  # half of it left for the predictor's history
+
+
 def test_metrics_service_reaches_the_metrics_port(base: list[dict[str, Any]]) -> None:
     """Service port 9090 targets the container port the operator serves CPN_METRICS_PORT on."""
     service = one(base, "Service")

@@ -57,3 +57,21 @@ def test_table_shows_position_eta_and_the_reason_message():
     assert header.split()[:4] == ["POSITION", "AIJOB", "USER", "GROUP"]
     assert row.split()[:5] == ["1", "team-a/a", "alice", "vision", "8"]
     assert "12:00:00Z" in row and "needs 1 x 8 GPU(s)" in row
+
+
+def test_the_start_range_is_a_column_and_a_field():
+    """A job with a start range shows it as clock times (by its latest bound when the
+    earliest is imminent); -o json carries the status's own object."""
+    span = {"earliest": "2026-11-22T12:00:00Z", "latest": "2026-11-22T13:30:00Z"}
+    items = [
+        item("a", "Queued", 1, eta="12:40:00Z", estimatedStartRange=span),
+        item("b", "Queued", 2, eta="imminent", estimatedStartRange={"latest": span["latest"]}),
+        item("c", "Queued", 3),
+    ]
+    rows = rows_from(items)
+    assert rows[0]["estimatedStartRange"] == span and rows[2]["estimatedStartRange"] is None
+    header, a, b, c = render_table(rows).splitlines()
+    column = header.index("LIKELY-START")
+    assert a[column:].split()[0] == "12:00:00Z-13:30:00Z"
+    assert b[column:].split()[:2] == ["by", "13:30:00Z"]
+    assert c[column:].split()[0] == "Queued"

@@ -9,7 +9,7 @@ does not change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,3 +81,78 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
         if key not in new:
             patch[key] = None
     return patch
+
+
+#: A projected start closer than this to the moment the status is written is shown as
+#: "imminent", not as an instant (which would pass before the next refresh could move it).
+IMMINENT_S = 30.0
+#: What the ``eta`` column shows for such a start.
+IMMINENT = "imminent"
+
+
+def queue_positions(order: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """The place of each waiting job in its queue: 1..n per queue, no duplicates, no holes.
+
+    ``order`` is (job key, queue) of the jobs still waiting, best first (the cycle's
+    order); a key met twice keeps its first place.
+    """
+    taken: dict[str, int] = {}
+    places: dict[str, int] = {}
+    for key, queue in order:
+        if key in places:
+            continue
+        taken[queue] = taken.get(queue, 0) + 1
+        places[key] = taken[queue]
+    return places
+
+
+def upcoming(at_s: float | None, now_s: float, imminent_s: float = IMMINENT_S) -> float | None:
+    """``at_s`` when it is more than ``imminent_s`` after ``now_s``; else None (unknown, or
+    so near or past that it is shown as imminent)."""
+    if at_s is None or at_s != at_s or at_s <= now_s + imminent_s:
+        return None
+    return at_s
+
+
+def start_fields(
+    start_s: float | None,
+    low_s: float | None,
+    high_s: float | None,
+    now_s: float,
+    imminent_s: float = IMMINENT_S,
+) -> tuple[dict[str, Any], float | None]:
+    """A waiting job's start as its status shows it at ``now_s``, and when to render it
+    again.
+
+    The fields: ``estimatedStart`` (RFC 3339), ``eta`` (clock time, or "imminent"),
+    ``estimatedStartRange`` {earliest, latest}; None leaves a field out. No instant shown
+    is before ``now_s + imminent_s``; a bound of the range that near is left out
+    (earliest: it could be any moment; latest: then the whole range). The second value is
+    half the imminent window before the first instant shown (None when none is): render
+    again by then, and no instant shown is ever in the past.
+    """
+    point = upcoming(start_s, now_s, imminent_s)
+    fields: dict[str, Any] = {
+        "estimatedStart": rfc3339(point),
+        "eta": IMMINENT if start_s is not None and point is None else (clock(point) or None),
+        "estimatedStartRange": None,
+    }
+    shown = [point]
+    latest = upcoming(high_s, now_s, imminent_s)
+    if low_s is not None and latest is not None and low_s <= latest:
+        earliest = upcoming(low_s, now_s, imminent_s)
+        bounds = (("earliest", earliest), ("latest", latest))
+        fields["estimatedStartRange"] = {k: rfc3339(at) for k, at in bounds if at is not None}
+        shown += [earliest, latest]
+    instants = [at for at in shown if at is not None]
+    return fields, (min(instants) - imminent_s / 2 if instants else None)
+
+
+def likely(span: Mapping[str, str] | None) -> str:
+    """ " (likely 14:05:00Z to 15:30:00Z)" of a start range, " (likely by ...)" without an
+    earliest bound, "" without a range."""
+    if not span or "latest" not in span:
+        return ""
+    if "earliest" not in span:
+        return f" (likely by {span['latest'][11:]})"
+    return f" (likely {span['earliest'][11:]} to {span['latest'][11:]})"

@@ -4,16 +4,19 @@ Pure, like the cycle: :func:`explain` recomputes from the snapshot the terms of
 the job's priority formula, the quotas that apply to it, and every candidate
 (cluster, GPU type) the placement weighed: predicted runtime, transfer time,
 earliest start as running jobs end, completion time, and whether it had room.
-``cpn explain`` feeds it the last decision record that saw the job.
+``cpn explain --log`` feeds it the last decision record that saw the job. The
+operator uses :func:`choices` (where each started job went, and the runner-up) and
+:func:`first_to_free` (which running job's end frees room for a waiting one) to write
+the short explanations kept in AIJob status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cpn.core.capacity import Capacity, worker_gpus
-from cpn.core.model import CyclePlan, Snapshot
+from cpn.core.capacity import Capacity, GroupKey, shape, worker_gpus
+from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.queue import factor_columns
 from cpn.core.quota import QuotaLedger
 from cpn.core.transfer import transfer_s
@@ -50,27 +53,10 @@ class Explanation:
     candidates: tuple[CandidateView, ...] = ()
 
 
-def explain(snapshot: Snapshot, plan: CyclePlan, job_key: str) -> Explanation:
-    """Explain the cycle's decision about ``job_key`` (which must be pending in the snapshot)."""
-    jobs = list(snapshot.pending)
-    index = next(i for i, j in enumerate(jobs) if j.key == job_key)
-    job = jobs[index]
-    capacity = Capacity.from_snapshot(snapshot)
-    columns = factor_columns(jobs, snapshot, capacity.gpu_types())
-    formula = snapshot.policy.formula if snapshot.policy.ordering == "cpn" else ""
-    terms = {name: float(values[index]) for name, values in sorted(columns.items())}
-    start = next((s for s in plan.starts if s.job_key == job_key), None)
-    hold = next((h for h in plan.holds if h.job_key == job_key), None)
-    ledger = QuotaLedger(snapshot.policy, snapshot.running)
-    quotas = []
-    for bucket in ledger.buckets(job):
-        limit = bucket.limit
-        if limit.gpus is not None:
-            quotas.append(f"{bucket.label}: {ledger.used(bucket):g} of {limit.gpus:g} GPUs in use")
-        for gpu_type, cap in sorted(limit.per_type.items()):
-            quotas.append(
-                f"{bucket.label} on {gpu_type}: {ledger.used(bucket, gpu_type):g} of {cap:g} in use"
-            )
+def weighed(
+    snapshot: Snapshot, capacity: Capacity, job: Job, start: Start | None = None
+) -> list[CandidateView]:
+    """Every (cluster, GPU type) ``job`` could use, soonest completion first."""
     candidates = []
     for key in sorted(capacity.groups):
         cluster, gpu_type = key
@@ -95,6 +81,123 @@ def explain(snapshot: Snapshot, plan: CyclePlan, job_key: str) -> Explanation:
             )
         )
     candidates.sort(key=lambda c: (c.completion_s is None, c.completion_s or 0.0, c.cluster))
+    return candidates
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """Where a started job went and the best place it did not go."""
+
+    chosen: CandidateView
+    runner_up: CandidateView | None
+
+
+def choices(snapshot: Snapshot, plan: CyclePlan) -> dict[str, Choice]:
+    """For each of the plan's starts: the place chosen and the runner-up (the other
+    candidate that would have completed soonest), as the snapshot stood."""
+    capacity = Capacity.from_snapshot(snapshot)
+    jobs = {j.key: j for j in snapshot.pending}
+    out = {}
+    for start in plan.starts:
+        job = jobs.get(start.job_key)
+        if job is None:
+            continue
+        views = weighed(snapshot, capacity, job, start)
+        chosen = next((c for c in views if c.chosen), None)
+        if chosen is None:
+            continue
+        others = [c for c in views if not c.chosen and c.completion_s is not None]
+        out[start.job_key] = Choice(chosen=chosen, runner_up=others[0] if others else None)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frees:
+    """The running job whose end makes room for a waiting one, and when."""
+
+    job_key: str
+    cluster: str
+    gpu_type: str
+    at_s: float  # when the room comes (the end the placement expects, now if overdue)
+
+
+def first_to_free(snapshot: Snapshot, keys: Iterable[str]) -> dict[str, Frees]:
+    """For each waiting job of ``keys`` that has no room now: on the (cluster, GPU type)
+    where it fits soonest as running jobs end, the job on the nodes it would take whose
+    predicted end is nearest that moment. Jobs of one shape and one set of GPU types
+    share the answer."""
+    capacity = Capacity.from_snapshot(snapshot)
+    jobs = {j.key: j for j in snapshot.pending}
+    on_node: dict[tuple[str, str], list[Running]] = {}
+    for item in snapshot.running:
+        for node in set(item.nodes):
+            on_node.setdefault((item.cluster, node), []).append(item)
+    known: dict[tuple[object, ...], Frees | None] = {}
+    out = {}
+    for key in keys:
+        job = jobs.get(key)
+        if job is None:
+            continue
+        groups = tuple(
+            g for g in sorted(capacity.groups) if job.allows(g[1]) and job.estimate.on(g[1])
+        )
+        memo = (shape(job), groups)
+        if memo not in known:
+            known[memo] = _frees(snapshot.now_s, capacity, job, groups, on_node)
+        found = known[memo]
+        if found is not None:
+            out[key] = found
+    return out
+
+
+def _frees(
+    now_s: float,
+    capacity: Capacity,
+    job: Job,
+    groups: Iterable[GroupKey],
+    on_node: Mapping[tuple[str, str], list[Running]],
+) -> Frees | None:
+    best: tuple[float, GroupKey, tuple[str, ...]] | None = None
+    for group in groups:
+        if capacity.fit(job, group) is not None:
+            return None  # room now: nothing to wait for
+        found = capacity.earliest_fit(job, group, now_s)
+        if found is None:
+            continue
+        if best is None or (found[0], group) < best[:2]:
+            best = (found[0], group, found[1])
+    if best is None:
+        return None
+    at, (cluster, gpu_type), nodes = best
+    holders = {r.job.key: r for n in set(nodes) for r in on_node.get((cluster, n), ())}
+    if not holders:
+        return None
+    ends = min(holders.values(), key=lambda r: (abs(max(r.predicted_end_s, now_s) - at), r.job.key))
+    return Frees(job_key=ends.job.key, cluster=cluster, gpu_type=gpu_type, at_s=at)
+
+
+def explain(snapshot: Snapshot, plan: CyclePlan, job_key: str) -> Explanation:
+    """Explain the cycle's decision about ``job_key`` (which must be pending in the snapshot)."""
+    jobs = list(snapshot.pending)
+    index = next(i for i, j in enumerate(jobs) if j.key == job_key)
+    job = jobs[index]
+    capacity = Capacity.from_snapshot(snapshot)
+    columns = factor_columns(jobs, snapshot, capacity.gpu_types())
+    formula = snapshot.policy.formula if snapshot.policy.ordering == "cpn" else ""
+    terms = {name: float(values[index]) for name, values in sorted(columns.items())}
+    start = next((s for s in plan.starts if s.job_key == job_key), None)
+    hold = next((h for h in plan.holds if h.job_key == job_key), None)
+    ledger = QuotaLedger(snapshot.policy, snapshot.running)
+    quotas = []
+    for bucket in ledger.buckets(job):
+        limit = bucket.limit
+        if limit.gpus is not None:
+            quotas.append(f"{bucket.label}: {ledger.used(bucket):g} of {limit.gpus:g} GPUs in use")
+        for gpu_type, cap in sorted(limit.per_type.items()):
+            quotas.append(
+                f"{bucket.label} on {gpu_type}: {ledger.used(bucket, gpu_type):g} of {cap:g} in use"
+            )
+    candidates = weighed(snapshot, capacity, job, start)
     if start is not None:
         outcome, reason = "started", "Started"
         message = (

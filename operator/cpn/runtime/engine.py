@@ -45,13 +45,25 @@ from cpn.api.aijob import parse_time
 from cpn.api.jobs import render_job
 from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import parse_policy_configmap
-from cpn.api.status import clock, condition, human_duration, merge_patch, rfc3339
+from cpn.api.status import (
+    IMMINENT,
+    clock,
+    condition,
+    human_duration,
+    likely,
+    merge_patch,
+    queue_positions,
+    rfc3339,
+    start_fields,
+    upcoming,
+)
 from cpn.config import OperatorConfig
 from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
 from cpn.core.estimator import Estimator
 from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
+from cpn.core.explain import CandidateView, Choice, Frees, choices, first_to_free
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
@@ -144,6 +156,7 @@ class Runtime:
         self._cycle_end = 0.0
         self.observer = Observer(config)
         self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
+        self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
 
     # -- plumbing --------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -568,6 +581,7 @@ class Runtime:
         record.nodes = ()
         record.start_s = record.dispatch_s = 0.0
         record.observed = False
+        record.choice = None
 
     # -- the loop -----------------------------------------------------------------------------
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
@@ -621,12 +635,15 @@ class Runtime:
                 await asyncio.sleep(1.0)
 
     def _next_wake_s(self) -> float:
-        """Seconds until the safety-net tick, or until a backing-off job may retry."""
+        """Seconds until the safety-net tick, until a backing-off job may retry, or until a
+        start instant a status shows must be rendered again (:func:`start_fields`)."""
         wait = self.config.interval_s
         now = self.clock()
         for record in self.store.pending():
             if record.not_before_s > now:
                 wait = min(wait, record.not_before_s - now + 0.05)
+            if record.refresh_by_s is not None:
+                wait = min(wait, record.refresh_by_s - now)
         return max(wait, 0.0)
 
     async def connect_members(self) -> None:
@@ -695,9 +712,7 @@ class Runtime:
         self._drained()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
-        started = time.perf_counter()
-        plan = await asyncio.to_thread(plan_cycle, snapshot)
-        wall = time.perf_counter() - started
+        plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
         fields = {
@@ -712,7 +727,7 @@ class Runtime:
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
-        await self.apply(plan, snapshot)
+        await self.apply(plan, snapshot, chosen, frees)
         self._cycle_end = time.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.observer.cycle_applied(self._cycle_wall_s)
@@ -770,8 +785,16 @@ class Runtime:
                     self._clear_placement(record)
                     self._write_soon(record)
 
-    async def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
-        """Carry out a plan: preempt, dispatch, and explain every hold."""
+    async def apply(
+        self,
+        plan: CyclePlan,
+        snapshot: Snapshot,
+        chosen: Mapping[str, Choice] | None = None,
+        frees: Mapping[str, Frees] | None = None,
+    ) -> None:
+        """Carry out a plan: preempt, dispatch, explain every hold, number the queues."""
+        chosen = chosen or {}
+        frees = frees or {}
         for preempt in plan.preemptions:
             record = self.store.records.get(preempt.job_key)
             if record is not None:
@@ -779,14 +802,15 @@ class Runtime:
         for start in plan.starts:
             record = self.store.records.get(start.job_key)
             if record is not None:
-                self._dispatch(record, start)
+                self._dispatch(record, start, chosen.get(start.job_key))
         self._yield_to_creates()
-        for position, hold in enumerate(plan.holds, start=1):
+        for hold in plan.holds:
             record = self.store.records.get(hold.job_key)
             if record is None or record.active or record.finished:
                 continue
             previous = record.reason
             record.hold = hold
+            record.frees = frees.get(hold.job_key)
             record.phase = (
                 k.PHASE_SUSPENDED if hold.reason == WaitReason.Suspended else k.PHASE_QUEUED
             )
@@ -807,7 +831,7 @@ class Runtime:
                     hold.message,
                     warning=hold.reason == WaitReason.Infeasible,
                 )
-            del position
+        self._number_queues(plan)
         for record in [r for r in self.store.records.values() if r.phase == k.PHASE_INVALID]:
             if record.reason != "InvalidSpec":
                 record.reason = "InvalidSpec"
@@ -850,7 +874,19 @@ class Runtime:
             if member is None or (member.synced() and name not in member.jobs):
                 record.draining = None
 
-    def _dispatch(self, record: Record, start: Start) -> None:
+    def _number_queues(self, plan: CyclePlan) -> None:
+        """Positions 1..n per queue among the jobs still waiting, in the cycle's order (the
+        plan's ranks also count this cycle's starts, and rank all queues together)."""
+        order = []
+        for hold in plan.holds:  # best first
+            record = self.store.records.get(hold.job_key)
+            if hold.position and record is not None and record.phase == k.PHASE_QUEUED:
+                order.append((record.key, _queue_of(record)))
+        places = queue_positions(order)
+        for record in self.store.records.values():
+            record.position = places.get(record.key, 0)
+
+    def _dispatch(self, record: Record, start: Start, choice: Choice | None = None) -> None:
         """Assume the start (the record holds its GPUs from now) and launch the create."""
         member = self.members.get(start.cluster)
         if member is None or record.job is None:
@@ -869,6 +905,7 @@ class Runtime:
         record.transfer_s = start.transfer_s
         record.dispatch_s = self.clock()
         record.not_before_s = 0.0
+        record.position, record.frees, record.choice = 0, None, choice
         manifest = render_job(
             record.body,
             start,
@@ -986,12 +1023,11 @@ class Runtime:
         waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
         status: dict[str, Any] = {
             "phase": record.phase,
-            "queue": (job.queue if job and job.queue else (hold.level if hold else ""))
-            or "default",
+            "queue": _queue_of(record),
             "level": hold.level if hold else "",
             "user": record.user,
             "group": record.group,
-            "position": hold.position if hold and hold.position else None,
+            "position": (record.position or None) if record.phase == k.PHASE_QUEUED else None,
             "score": round(hold.score, 3) if hold else None,
             "gpus": gpus,
             "reason": record.reason,
@@ -1022,14 +1058,19 @@ class Runtime:
             status["predictedRuntimeHighSeconds"] = {
                 t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
             }
-        eta_start = record.eta_start_s if waiting else None
         eta_finish = record.eta_finish_s if waiting else None
         if record.phase in {k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
             began = record.start_s or record.dispatch_s
             eta_finish = began + record.transfer_s + record.predicted_runtime_s
-        status["estimatedStart"] = rfc3339(eta_start)
         status["estimatedFinish"] = rfc3339(eta_finish)
-        status["eta"] = clock(eta_start if waiting else eta_finish) or None
+        if waiting:
+            shown, record.refresh_by_s = start_fields(record.eta_start_s, *record.eta_range, now)
+            status.update(shown)
+        else:
+            status["eta"] = clock(eta_finish) or None
+            record.refresh_by_s = None
+        if record.choice is not None and record.active:
+            status["placement"] = _placement(record.choice)
         conditions = [
             condition(
                 k.COND_VALID,
@@ -1046,7 +1087,7 @@ class Runtime:
                 k.COND_ADMITTED,
                 record.phase not in {k.PHASE_QUEUED, k.PHASE_SUSPENDED, k.PHASE_INVALID},
                 record.reason or "Pending",
-                record.message or "",
+                _explanation(record, status, now),
                 generation=gen,
                 now_s=now,
                 previous=prev,
@@ -1110,14 +1151,20 @@ class Runtime:
         if record.deleting or record.key not in self.store.records:
             return
         if record.key in self._inflight:
-            return  # its create first; it queues the write when it lands
-        status = self.render_status(record)
-        record.written_sig = _signature(record)
-        record.written_at = time.monotonic()
+            # Its create first (it queues the write when it lands); but the hub must not
+            # show it at a place in the queue the others have been renumbered around.
+            status = self._starting(record)
+            if status is None:
+                return
+        else:
+            status = self.render_status(record)
+            record.written_sig = _signature(record)
+            record.written_at = time.monotonic()
         patch = merge_patch(unpack(record.written), status)
         if not patch:
             return
         record.written = Packed(status)
+        self.observer.metrics.status_writes.inc()
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self.write_pool,
@@ -1134,6 +1181,36 @@ class Runtime:
         except Exception as err:  # the hub is unreachable: the next cycle writes it again
             record.written, record.written_sig = {}, None
             log.warning("status of %s not written: %s", record.key, err)
+
+    def _starting(self, record: Record) -> dict[str, Any] | None:
+        """The status of a started job whose member Job is being created, if the hub still
+        shows it at a place in the queue: still Queued (its Job does not exist yet),
+        without that place, its start imminent."""
+        written = unpack(record.written)
+        if written.get("position") is None:
+            return None
+        message = f"placed on {record.cluster} ({record.gpu_type}); creating its Job there"
+        status = {
+            key: value
+            for key, value in written.items()
+            if key not in {"position", "estimatedStart", "estimatedStartRange", "conditions"}
+        }
+        status.update(reason="Starting", message=message, eta=IMMINENT)
+        status["conditions"] = [
+            c
+            if c.get("type") != k.COND_ADMITTED
+            else condition(
+                k.COND_ADMITTED,
+                False,
+                "Starting",
+                message,
+                generation=record.generation,
+                now_s=self.clock(),
+                previous=written.get("conditions") or (),
+            )
+            for c in written.get("conditions") or ()
+        ]
+        return status
 
     def _write_all_soon(self) -> None:
         """:meth:`write_all` in the background (the next cycle need not wait for it)."""
@@ -1156,14 +1233,17 @@ class Runtime:
         """Write every AIJob whose status changed in substance; changes only to position,
         score, ETA or the wait message are written at most every :meth:`volatile_period_s`
         per AIJob (with thousands waiting they change for all of them every cycle)."""
-        now = time.monotonic()
+        now, wall = time.monotonic(), self.clock()
         period = self.volatile_period_s()
         due = [
             r
             for r in list(self.store.records.values())
-            if r.written_sig != _signature(r) or now - r.written_at >= period
+            if r.written_sig != _signature(r)
+            or now - r.written_at >= period
+            or (r.refresh_by_s is not None and wall >= r.refresh_by_s)
         ]
         for record in due:
+            record.refresh_by_s = None  # its write renders it again
             self._write_soon(record)
         for name in list(self.members):
             await self.write_member_status(name)
@@ -1353,9 +1433,88 @@ def _signature(record: Record) -> tuple[Any, ...]:
         record.finish_s,
         record.not_before_s,
         record.eta_start_s is None,
-        hold is None or not hold.position,
+        record.position,
+        record.frees.job_key if record.frees else "",
         hold.level if hold else "",
     )
+
+
+def _plan_and_explain(
+    snapshot: Snapshot,
+) -> tuple[CyclePlan, float, dict[str, Choice], dict[str, Frees]]:
+    """The cycle's plan, plan_cycle's wall time, and the explanations the status keeps:
+    where each start went and the runner-up, which running job frees room for a waiting one."""
+    began = time.perf_counter()
+    plan = plan_cycle(snapshot)
+    wall = time.perf_counter() - began
+    waiting = [h.job_key for h in plan.holds if h.reason in _FREED_BY_ENDS]
+    return plan, wall, choices(snapshot, plan), first_to_free(snapshot, waiting)
+
+
+#: Wait reasons that end when running jobs end (not quota, back-off, suspension).
+_FREED_BY_ENDS = frozenset(
+    {WaitReason.Capacity, WaitReason.Waiting, WaitReason.Priority, WaitReason.Reservation}
+)
+
+
+def _queue_of(record: Record) -> str:
+    """The queue a job's status names: spec.queue, else the policy level that took it."""
+    job, hold = record.job, record.hold
+    return (job.queue if job and job.queue else (hold.level if hold else "")) or "default"
+
+
+def _placement(choice: Choice) -> dict[str, Any]:
+    """status.placement: the place chosen and the runner-up, seconds from the decision."""
+
+    def view(c: CandidateView) -> dict[str, Any]:
+        return {
+            "cluster": c.cluster,
+            "gpuType": c.gpu_type,
+            "runtimeSeconds": round(c.runtime_s, 1),
+            "transferSeconds": round(c.transfer_s, 1),
+            "waitSeconds": round(c.earliest_start_s or 0.0, 1),
+            "completionSeconds": round(c.completion_s or 0.0, 1),
+        }
+
+    out = {"chosen": view(choice.chosen)}
+    if choice.runner_up is not None:
+        out["runnerUp"] = view(choice.runner_up)
+    return out
+
+
+def _explanation(record: Record, status: Mapping[str, Any], now_s: float) -> str:
+    """The Admitted condition's message: the reason's sentence, then, while waiting, the
+    running job whose end makes room and the predicted start; once placed, why there and
+    not at the runner-up."""
+    parts = [record.message or ""]
+    if record.phase == k.PHASE_QUEUED and record.frees is not None:
+        frees = record.frees
+        at = upcoming(frees.at_s, now_s)
+        parts.append(
+            f"room frees when {frees.job_key} on {frees.cluster} ({frees.gpu_type}) ends, "
+            + (f"expected {clock(at)}" if at else "expected about now")
+        )
+    if record.phase == k.PHASE_QUEUED and status.get("eta"):
+        parts.append(f"predicted start {status['eta']}{likely(status.get('estimatedStartRange'))}")
+    choice = record.choice
+    if record.active and choice is not None:
+        chosen = choice.chosen
+        text = (
+            f"chosen for the soonest completion: {human_duration(chosen.completion_s) or '0s'}"
+            f" (runtime {human_duration(chosen.runtime_s)}, transfer "
+            f"{human_duration(chosen.transfer_s) or '0s'})"
+        )
+        other = choice.runner_up
+        if other is not None:
+            text += (
+                f"; runner-up {other.cluster} ({other.gpu_type}): "
+                f"{human_duration(other.completion_s)} (wait "
+                f"{human_duration(other.earliest_start_s) or '0s'}, runtime "
+                f"{human_duration(other.runtime_s)}, transfer "
+                f"{human_duration(other.transfer_s) or '0s'})"
+            )
+        parts.append(text)
+    return "; ".join(p for p in parts if p)
 
 
 def _widen_pool(api: client.ApiClient, size: int) -> None:

@@ -175,6 +175,14 @@ class OperatorMetrics:
         self.decision_log_errors = Counter(
             "cpn_decision_log_errors", "Decision records that could not be written", registry=r
         )
+        self.status_writes = Counter(
+            "cpn_status_writes", "AIJob status patches sent to the hub", registry=r
+        )
+        self.status_writes_pending = Gauge(
+            "cpn_status_writes_pending",
+            "AIJobs whose status is due and not yet written",
+            registry=r,
+        )
         self._labels: dict[int, set[tuple[str, ...]]] = defaultdict(set)
 
     # -- per cycle -----------------------------------------------------------------------------

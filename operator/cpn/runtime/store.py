@@ -20,6 +20,7 @@ from cpn.api.status import rfc3339
 from cpn.core.capacity import worker_gpus
 from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
+from cpn.core.explain import Choice, Frees
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
@@ -95,6 +96,10 @@ class Record:
     eta_finish_s: float | None = None
     # the ETA's start range (p20, p80; None until calibrated): WaitCalibrator.state
     eta_range: tuple[float | None, float | None] = (None, None)
+    position: int = 0  # 1..n among the waiting jobs of its queue after the last cycle
+    frees: Frees | None = None  # the running job whose end first frees room for it
+    choice: Choice | None = None  # where its last start went, and the runner-up
+    refresh_by_s: float | None = None  # write its status again by then (a start shown nears)
     written: Mapping[str, Any] = field(default_factory=dict)  # last status we patched
     written_sig: tuple[Any, ...] | None = None  # what the last write was about (engine)
     written_at: float = 0.0  # time.monotonic() of the last write

@@ -95,6 +95,10 @@ class WriteQueue:
             self._keys.append(key)
             self._wake()
 
+    def statuses(self) -> int:
+        """AIJob statuses queued or being written."""
+        return len(self._keys) + len(self._processing)
+
     def add_event(self, event: Any) -> None:
         if len(self._events) >= self._max_events:
             self._events.popleft()
