@@ -12,7 +12,8 @@ general::
 and answers with a log-normal law (median and 90th percentile) fitted by
 hierarchical shrinkage: starting from the most general key that has data (and
 from a wide prior spread, sigma 1), each key with ``n`` runtimes moves the
-log-median and the log-spread toward its own by ``n / (n + prior_n)``. A key
+log-median and the log-spread toward its own by ``n / (n + prior_n)``, and the
+p90 reaches at least every key's own median (disagreement is uncertainty). A key
 with a handful of runtimes thus counts a little; one with dozens decides. Each
 key keeps only its last ``window`` runtimes, so the law follows a workload that
 drifts.
@@ -144,6 +145,9 @@ class RuntimeHistory:
                 mu += weight * (own_mu - mu)
             if own_spread is not None:
                 spread += weight * (own_spread - spread)
+            # Where a key's own runtimes disagree with the shrunk median, the law is that
+            # uncertain: its p90 reaches at least this key's median.
+            spread = max(spread, own_mu - mu)
             n, name = count, key_name
         if mu is None:
             return None

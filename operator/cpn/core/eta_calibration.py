@@ -121,6 +121,10 @@ class WaitCalibrator:
         self._anonymous = 0
         self._version = 0  # bumped on every change (the factor cache's key)
         self._cache: dict[tuple[str, float | None], tuple[int, float | None]] = {}
+        # quantiles() answers, keyed like _cache: every waiting job of a refresh asks them
+        self._quantiles: dict[
+            tuple[str, float | None, tuple[float, ...]], tuple[int, tuple[float, ...] | None]
+        ] = {}
         self.observations = 0  # started jobs seen
 
     # ------------------------------------------------------------ learning
@@ -257,9 +261,18 @@ class WaitCalibrator:
         """Quantiles ``qs`` of the ratios of ``queue`` (else of all queues) at ``now_s``;
         None while fewer than ``min_samples`` jobs were followed."""
         for name in (queue, ALL_QUEUES):
-            values = self.ratios(name, now_s)
-            if len(values) >= self.config.min_samples:
-                return tuple(float(v) for v in np.quantile(np.asarray(values), qs))
+            key = (name, now_s, qs)
+            cached = self._quantiles.get(key)
+            if cached is None or cached[0] != self._version:
+                values = self.ratios(name, now_s)
+                found = None
+                if len(values) >= self.config.min_samples:
+                    found = tuple(float(v) for v in np.quantile(np.asarray(values), qs))
+                if len(self._quantiles) > 64:
+                    self._quantiles.clear()
+                cached = self._quantiles[key] = (self._version, found)
+            if cached[1] is not None:
+                return cached[1]
         return None
 
     def state(self, queue: str, found: Projection, now_s: float) -> Projection:

@@ -70,7 +70,6 @@ FACTORS: Mapping[str, str] = MappingProxyType(
         "seconds (given the service it already received, for a job that ran before)",
         "gpu_time_s": "predicted GPU-time: gpus × runtime_s, in GPU-seconds",
         "wait_s": "seconds since the job was submitted",
-        "mean_wait_s": "mean wait_s of the jobs ranked in this cycle (same for every job)",
         "service_s": "GPU-seconds the job already received in earlier attempts",
         "quota_used": "share (0..1) of the job's group quota in use now",
         "user_level": "the user's level from the policy's user_levels (0 if unlisted)",

@@ -118,7 +118,6 @@ def factor_columns(
         return np.asarray(values, dtype=np.float64)
 
     runtimes = [runtime_for_order(job, gpu_types) for job in jobs]
-    waits = [max(0.0, now - job.submit_s) for job in jobs]
     gpus = [job.gpus for job in jobs]
     quota_used = []
     for job in jobs:
@@ -132,8 +131,7 @@ def factor_columns(
         "workers": column([float(job.workers) for job in jobs]),
         "runtime_s": column(runtimes),
         "gpu_time_s": column([g * r for g, r in zip(gpus, runtimes, strict=True)]),
-        "wait_s": column(waits),
-        "mean_wait_s": np.full(len(jobs), sum(waits) / len(waits) if waits else 0.0),
+        "wait_s": column([max(0.0, now - job.submit_s) for job in jobs]),
         "service_s": column([job.attained_gpu_s for job in jobs]),
         "quota_used": column(quota_used),
         "user_level": column([policy.user_levels.get(job.user, 0.0) for job in jobs]),
