@@ -140,6 +140,14 @@ def test_testbed_status_json_of_a_bed_that_is_not_running(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_simulate_philly_json() -> None:
-    """Issue 2's comparison on one virtual cluster (about 3 minutes on two cores)."""
-    doc = run_json("-m", "cpn", "simulate", "philly", "--vcs", "6214e9", "--json", ok=(0, 1))
-    assert set(doc["traces"]) == {"6214e9"}
+    """The comparison on one Philly window at two checkpointable shares (seconds)."""
+    doc = run_json(
+        "-m", "cpn", "simulate", "philly", "--traces", "philly-nov-a",
+        "--policies", "fifo,oracle,default", "--checkpointable", "0,0.5", "--json",
+        ok=(0, 1),
+    )  # fmt: skip
+    assert set(doc["traces"]) == {"philly-nov-a"}
+    assert set(doc["traces"]["philly-nov-a"]) == {"0", "0.5"}
+    for share in doc["traces"]["philly-nov-a"].values():
+        assert set(share["metrics"]) == {"fifo", "oracle", "default"}
+        assert share["metrics"]["fifo"]["finished"] == share["metrics"]["fifo"]["jobs"]

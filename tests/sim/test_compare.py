@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.sim.compare import markdown, verdict
+from cpn.sim.compare import SUITES, TARGETS, markdown, suite, verdict
 
 
-def m(avg_jct_s: float, max_wait_s: float, finished: int = 10, jobs: int = 10) -> dict[str, float]:
-    return {"avg_jct_s": avg_jct_s, "max_wait_s": max_wait_s, "finished": finished, "jobs": jobs}
+def m(avg_jct_s, max_wait_s, finished=10, jobs=10, p99=None, pre=0, lost=0.0):
+    return {
+        "avg_jct_s": avg_jct_s,
+        "max_wait_s": max_wait_s,
+        "p99_wait_s": max_wait_s if p99 is None else p99,
+        "finished": finished,
+        "jobs": jobs,
+        "preemptions": pre,
+        "lost_gpu_h": lost,
+    }
 
 
 @pytest.mark.parametrize(
@@ -36,12 +44,57 @@ def test_verdict(rows, want):
     assert verdict(rows) == want
 
 
-def test_markdown_has_a_row_per_trace():
-    """The table has a header, a separator and one row per trace with the checks."""
-    rows = {"fifo": m(7200, 3600), "oracle": m(3600, 3600), "default": m(3960, 1800)}
-    text = markdown(
-        {"vc1": {"metrics": rows, "verdict": verdict(rows)}}, ["fifo", "oracle", "default"]
+def test_target_depends_on_the_share():
+    """70% of oracle's gain passes with no job checkpointing, not with half of them."""
+    rows = {"fifo": m(100, 50), "oracle": m(60, 40), "default": m(70, 45)}
+    assert verdict(rows, TARGETS[0.0])["recovered_ok"] is True
+    assert verdict(rows, TARGETS[0.5])["recovered_ok"] is False
+    assert verdict(rows, None)["recovered_ok"] is True  # a share without a target: reported only
+
+
+def test_markdown_has_a_table_per_share_and_a_row_per_trace():
+    """One table per checkpointable share; each row has every policy's JCT and waits, the
+    preempting policies' preemptions and lost GPU-hours, and the checks."""
+    policies = ["fifo", "oracle", "las", "default"]
+    zero = {
+        "fifo": m(7200, 3600, p99=1800),
+        "oracle": m(3600, 3600),
+        "las": m(5400, 7200),
+        "default": m(3960, 1800),
+    }
+    half = dict(zero, default=m(3700, 1800, pre=4, lost=1.5), las=m(5000, 7200, pre=9, lost=2.25))
+    results = {
+        "vc1": {
+            0.0: {"metrics": zero, "verdict": verdict(zero, TARGETS[0.0])},
+            0.5: {"metrics": half, "verdict": verdict(half, TARGETS[0.5])},
+        }
+    }
+    text = markdown(results, policies)
+    rows = [line for line in text.splitlines() if line.startswith("| vc1 ")]
+    assert len(rows) == 2
+    assert rows[0] == (
+        "| vc1 | 10 | 2.00 / 0.50 / 1.00 | 1.00 / 1.00 / 1.00 | 1.50 / 2.00 / 2.00 "
+        "| 1.10 / 0.50 / 0.50 | 0 / 0 | 0 / 0 | 90% | yes | yes |"
     )
-    lines = text.splitlines()
-    assert len(lines) == 3
-    assert lines[2].startswith("| vc1 | 10 | 2.00 | 1.00 | 1.10 | 1.00 | 0.50 | 90% | yes | yes |")
+    assert rows[1].endswith("| 9 / 2.25 | 4 / 1.5 | 97% | yes | yes |")
+    assert "Checkpointable share 0.5:" in text
+
+
+def test_suites_name_existing_files():
+    """Every trace of every suite has its trace and cluster file, and names are unique."""
+    traces = [t for name in SUITES for t in suite(name)]
+    assert len({t.name for t in traces}) == len(traces) == 14
+    for t in traces:
+        assert t.path.is_file() and t.clusters.is_file(), t
+    assert all(t.unlabelled for t in suite("gavel-unlabelled"))
+    with pytest.raises(ValueError, match="unknown suite"):
+        suite("nope")
+
+
+def test_windows_carry_no_model():
+    """The Philly windows are what a real cluster sees: no job names a model."""
+    from cpn.sim.trace import read_trace
+
+    for t in suite("windows"):
+        jobs = read_trace(t.path)
+        assert len(jobs) > 900 and not any(j.model for j in jobs)

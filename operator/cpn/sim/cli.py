@@ -10,8 +10,8 @@
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
                  [--data-clusters a,b] --out FILE.csv
-    cpn simulate philly [--vcs a,b] [--estimator predictor] [--extra las,gavel] [--out DIR]
-                 [--json]   (issue 2's Philly comparison; exit 1 when a check fails)
+    cpn simulate philly [--suites S] [--traces T] [--checkpointable 0,0.5,1] [--out DIR]
+                 [--json]   (the README's comparison tables; exit 1 when a check fails)
 
 With ``--json`` the main form prints exactly one JSON object: one policy -> its
 metrics; several -> ``{policy: metrics}``. With ``--out`` it also writes

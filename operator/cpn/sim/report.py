@@ -4,8 +4,9 @@ Metric keys (issue 2's contract): ``jobs`` (admitted jobs: the trace minus the
 infeasible ones), ``finished``, ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``,
 ``avg_wait_s``, ``p99_wait_s``, ``max_wait_s``, ``makespan_s``,
 ``gpu_utilization``, ``wall_s``; extras: ``trace_jobs``, ``infeasible``,
-``unfinished``, ``preemptions``, ``cycles``, ``skipped_cycles``, ``plan_wall_s``,
-``estimator``.
+``unfinished``, ``preemptions``, ``lost_gpu_h`` (GPU-hours preemptions threw away:
+restart overhead plus work since the last checkpoint), ``cycles``, ``skipped_cycles``,
+``plan_wall_s``, ``estimator``.
 
 Definitions: JCT = finish - submit; wait = JCT minus the time the job held GPUs
 (for a job never preempted: first start - submit); makespan = last finish -
@@ -79,6 +80,7 @@ def metrics(result: SimResult) -> dict[str, Any]:
         "infeasible": len(result.records) - len(admitted),
         "unfinished": len(admitted) - len(done),
         "preemptions": result.preemptions,
+        "lost_gpu_h": round(sum(r.lost_gpu_s for r in result.records) / 3600, 2),
         "cycles": result.cycles,
         "skipped_cycles": result.skipped_cycles,
         "plan_wall_s": round(result.plan_wall_s, 3),

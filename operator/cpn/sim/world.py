@@ -77,6 +77,7 @@ class JobRecord:
     run_s: float = 0.0  # time holding GPUs (transfer and restart included)
     gpu_s: float = 0.0  # GPU-seconds held
     preemptions: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds preemptions threw away (restart + work since checkpoint)
     cluster: str = ""
     gpu_type: str = ""
     runtime_s: float = 0.0  # true runtime on the GPU type it finished on
@@ -825,10 +826,12 @@ class World:
         job = state.job
         held = self._release(state)
         state.token += 1
+        kept = 0.0
         if job.checkpoint:
             interval = job.checkpoint_interval_s or self.policy.preemption.checkpoint_interval_s
             kept = saved_s(self.now_s - state.compute_start_s, interval)
             state.remaining = max(0.0, state.remaining - kept / state.full_runtime_s)
+        state.record.lost_gpu_s += max(0.0, held - kept) * job.gpus
         state.record.preemptions += 1
         self._preemptions += 1
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
