@@ -29,7 +29,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -50,8 +50,10 @@ __all__ = [
     "expand_gpu_types",
     "gpu_spec",
     "gpu_types",
+    "model_input",
     "model_names",
     "model_spec",
+    "precision_class",
     "throughput_ratio",
 ]
 
@@ -80,6 +82,8 @@ class GpuSpec:
     fp16_tflops: float  # dense tensor-core FP16 with FP32 accumulate where available
     memory_gib: float
     bandwidth_gbs: float
+    #: dense TF32 tensor-core TFLOPS (Ampere and later); 0 where the GPU has none
+    tf32_tflops: float = 0.0
     #: GPU-to-GPU bandwidth inside one server, GB/s each way (NVLink or the PCIe slot);
     #: 0 when unknown (multi-GPU predictions then assume the anchors' scaling)
     link_gbs: float = 0.0
@@ -167,6 +171,7 @@ class _Catalogs:
     models: Mapping[str, ModelSpec]
     gpu_index: Mapping[str, str]  # normalised key -> canonical GPU type
     model_index: Mapping[str, str]  # normalised key -> canonical model
+    variant_index: Mapping[str, str]  # normalised key of a variant's alias -> its input
     families: Mapping[str, frozenset[str]]  # normalised family key -> variants
 
 
@@ -197,6 +202,7 @@ def _catalogs() -> _Catalogs:
             fp16_tflops=float(e["fp16_tflops"]),
             memory_gib=float(e["memory_gib"]),
             bandwidth_gbs=float(e["bandwidth_gbs"]),
+            tf32_tflops=float(e.get("tf32_tflops", 0.0)),
             link_gbs=float(e.get("link_gbs", 0.0)),
             interconnect=str(e.get("interconnect", "")),
             aliases=_aliases(e),
@@ -225,11 +231,23 @@ def _catalogs() -> _Catalogs:
     families: dict[str, set[str]] = defaultdict(set)
     for spec in gpus.values():
         families[gpu_key(spec.family)].add(spec.name)
+    # a variant's alias names the model on that input (Lambda's bert_base_squad)
+    variant_aliases = {
+        model_key(str(alias)): (name, str(k).lower())
+        for name, e in mdoc.items()
+        for k, v in (e.get("variants") or {}).items()
+        for alias in v.get("aliases") or ()
+    }
+    model_aliases = [
+        (m.name, (*m.aliases, *(a for a, (n, _) in variant_aliases.items() if n == m.name)))
+        for m in models.values()
+    ]
     return _Catalogs(
         gpus=gpus,
         models=models,
         gpu_index=_index("GPU", ((g.name, g.aliases) for g in gpus.values()), gpu_key),
-        model_index=_index("model", ((m.name, m.aliases) for m in models.values()), model_key),
+        model_index=_index("model", model_aliases, model_key),
+        variant_index={key: input_name for key, (_, input_name) in variant_aliases.items()},
         families={key: frozenset(names) for key, names in families.items()},
     )
 
@@ -261,6 +279,12 @@ def canonical_model(name: str) -> str:
     if found is None:
         raise UnknownName("model", name)
     return found
+
+
+def model_input(name: str) -> str:
+    """The input a model name implies: a variant's alias names one (``bert_base_squad`` ->
+    ``"squad"``), any other name none (``""``)."""
+    return _catalogs().variant_index.get(model_key(name), "")
 
 
 def expand_gpu_types(name: str) -> frozenset[str]:
@@ -307,6 +331,17 @@ class BenchmarkRow:
     gpus: int = 1
     precision: str = ""
     input: str = ""
+    #: where the row comes from ("FILE line N", and who measured it when the file says)
+    origin: str = field(default="", compare=False)
+
+
+def precision_class(precision: str | None) -> str:
+    """``"fp32"``, ``"mixed"`` (FP16, BF16, AMP, TF32: tensor cores) or ``""`` (unknown):
+    the classes :func:`effective_tflops` tells apart."""
+    p = (precision or "").strip().lower()
+    if p == "fp32":
+        return "fp32"
+    return "mixed" if p in {"fp16", "bf16", "amp", "mixed", "tf32"} else ""
 
 
 def _float(raw: Mapping[str, str | None], column: str) -> float | None:
@@ -325,7 +360,10 @@ class BenchmarkTable:
     - Batch size: interpolated linearly in log(batch)-log(samples/s) between the two
       nearest measured batch sizes at that count, clamped to the measured range;
       ``None`` gives the median over the measured batch sizes.
-    - Several rows with the same key (e.g. two precisions) are averaged geometrically.
+    - Precision: a query's precision class (FP32 or mixed) is served from that class's
+      rows when the type was measured in it; otherwise (or without a precision) from
+      every row.
+    - Several rows with the same key (e.g. two systems) are averaged geometrically.
 
     Rows for a model or GPU type that the catalogs do not know are an error naming the
     row, unless the row stands alone: a model row stands alone with ``params_m`` and
@@ -346,12 +384,17 @@ class BenchmarkTable:
         self.extra_models: Mapping[str, ModelSpec] = dict(extra_models or {})
         self.extra_gpus: Mapping[str, GpuSpec] = dict(extra_gpus or {})
         self.source = source
-        grouped: dict[tuple[str, str], dict[tuple[int, int], list[float]]] = defaultdict(
-            lambda: defaultdict(list)
+        # (model, GPU type, precision class or None for every row) -> (GPUs, batch) -> values
+        grouped: dict[tuple[str, str, str | None], dict[tuple[int, int], list[float]]] = (
+            defaultdict(lambda: defaultdict(list))
         )
         for row in self.rows:
-            grouped[(row.model, row.gpu_type)][(row.gpus, row.batch_size)].append(row.samples_per_s)
-        self._index: dict[tuple[str, str], dict[int, list[tuple[int, float]]]] = {}
+            cell = (row.gpus, row.batch_size)
+            grouped[(row.model, row.gpu_type, None)][cell].append(row.samples_per_s)
+            if precision_class(row.precision):
+                cls = precision_class(row.precision)
+                grouped[(row.model, row.gpu_type, cls)][cell].append(row.samples_per_s)
+        self._index: dict[tuple[str, str, str | None], dict[int, list[tuple[int, float]]]] = {}
         for key, cells in grouped.items():
             by_gpus: dict[int, list[tuple[int, float]]] = defaultdict(list)
             for (gpus, batch), values in cells.items():
@@ -363,7 +406,7 @@ class BenchmarkTable:
                 by_gpus[gpus].append((batch, mean))
             self._index[key] = {g: sorted(v) for g, v in by_gpus.items()}
         self._gpus_by_model: dict[str, set[str]] = defaultdict(set)
-        for model, gpu in self._index:
+        for model, gpu, _ in self._index:
             self._gpus_by_model[model].add(gpu)
 
     # -- construction
@@ -409,7 +452,8 @@ class BenchmarkTable:
                 row = cls._row(raw, extra_models, extra_gpus)
             except (ValueError, TypeError) as exc:
                 raise BenchmarkError(f"{where}: {exc}") from exc
-            rows.append(row)
+            system = (raw.get("system") or "").strip()
+            rows.append(replace(row, origin=f"{where} ({system})" if system else where))
         return cls(rows, extra_models=extra_models, extra_gpus=extra_gpus, source=source)
 
     @staticmethod
@@ -459,6 +503,7 @@ class BenchmarkTable:
                 memory_gib=gfeats["memory_gib"] or 0.0,
                 bandwidth_gbs=gfeats["bandwidth_gbs"] or 0.0,
                 link_gbs=_float(raw, "link_gbs") or 0.0,
+                tf32_tflops=_float(raw, "tf32_tflops") or 0.0,
             )
         batch = int((raw.get("batch_size") or "").strip() or "0")
         value = float((raw.get("samples_per_s") or "").strip())
@@ -478,7 +523,7 @@ class BenchmarkTable:
             samples_per_s=value,
             gpus=gpus,
             precision=(raw.get("precision") or "").strip(),
-            input=(raw.get("input") or "").strip(),
+            input=(raw.get("input") or "").strip() or model_input(model_name),
         )
 
     # -- names and specs (catalog first, then the table's stand-alone rows)
@@ -515,19 +560,39 @@ class BenchmarkTable:
         """GPU types ``model`` (already resolved) was measured on."""
         return frozenset(self._gpus_by_model.get(model, ()))
 
-    def measured_gpu_counts(self, model: str, gpu_type: str) -> frozenset[int]:
-        """GPU counts ``model`` was measured at on ``gpu_type`` (both already resolved)."""
-        return frozenset(self._index.get((model, gpu_type), {}))
+    def _curves(
+        self, model: str, gpu_type: str, precision: str | None
+    ) -> dict[int, list[tuple[int, float]]] | None:
+        """The rows of one precision class when it was measured, else every row."""
+        cls = precision_class(precision)
+        found = self._index.get((model, gpu_type, cls)) if cls else None
+        return found if found is not None else self._index.get((model, gpu_type, None))
+
+    def measured_gpu_counts(
+        self, model: str, gpu_type: str, precision: str | None = None
+    ) -> frozenset[int]:
+        """GPU counts ``model`` was measured at on ``gpu_type`` (both already resolved), in
+        ``precision``'s class when it was measured in it."""
+        return frozenset(self._curves(model, gpu_type, precision) or {})
 
     def samples_per_s(
-        self, model: str, gpu_type: str, batch_size: int | None = None, gpus: int = 1
+        self,
+        model: str,
+        gpu_type: str,
+        batch_size: int | None = None,
+        gpus: int = 1,
+        precision: str | None = None,
     ) -> float | None:
-        """Measured (or interpolated, see the class doc) samples/s; None when unmeasured."""
+        """Measured (or interpolated, see the class doc) samples/s; None when unmeasured.
+
+        With a ``precision``, only the rows of its class (:func:`precision_class`) when
+        there are any; otherwise every row of the model on the type.
+        """
         try:
-            key = (self.resolve_model(model), self.resolve_gpu(gpu_type))
+            model, gpu_type = self.resolve_model(model), self.resolve_gpu(gpu_type)
         except UnknownName:
             return None
-        by_gpus = self._index.get(key)
+        by_gpus = self._curves(model, gpu_type, precision)
         if not by_gpus:
             return None
         want = max(1, int(gpus))
@@ -558,16 +623,19 @@ def _interpolate(points: list[tuple[int, float]], batch_size: int | None) -> flo
 
 
 def effective_tflops(spec: GpuSpec, precision: str | None = None) -> float:
-    """The compute figure a job can use: FP32, tensor FP16, or their geometric mean.
+    """The compute figure a job can use: FP32 (TF32), tensor FP16, or their geometric mean.
 
-    ``precision`` "fp32"/"tf32"-less FP32 jobs use FP32; "fp16", "bf16", "amp" or "mixed"
-    use the tensor figure; unknown (None or "") uses the geometric mean, because most
-    training today mixes both (tensor-core matmuls, FP32 reductions and optimizer).
+    ``precision`` "fp32" and "tf32" use the TF32 tensor figure where the GPU has one
+    (Ampere and later: PyTorch's cuDNN convolutions run FP32 training on TF32 by default,
+    NVIDIA's containers its matmuls too), else FP32; "fp16", "bf16", "amp" or "mixed"
+    use the tensor FP16 figure; unknown (None or "") uses the geometric mean of FP32 and
+    FP16, because most training today mixes both (tensor-core matmuls, FP32 reductions
+    and optimizer).
     """
     p = (precision or "").lower()
-    if p == "fp32":
-        return spec.fp32_tflops
-    if p in {"fp16", "bf16", "amp", "mixed", "tf32"}:
+    if p in {"fp32", "tf32"}:
+        return max(spec.fp32_tflops, spec.tf32_tflops)
+    if p in {"fp16", "bf16", "amp", "mixed"}:
         return spec.fp16_tflops
     return math.sqrt(spec.fp32_tflops * spec.fp16_tflops)
 

@@ -5,8 +5,13 @@
     cpn predictor train --benchmarks F.csv [--history DB] [--family rf] --out ARTIFACT
     cpn predictor predict --model resnet50 --gpu-type A100-80GB --batch-size 256 \\
         --samples 1281167 --epochs 90 [--gpus 1] [--artifact ARTIFACT] [--json]
-    cpn predictor evaluate --benchmarks F.csv (--holdout-gpu TYPE | --holdout-model NAME) \\
-        [--model-family rf|hgb|scaling] [--json]
+    cpn predictor evaluate [--benchmarks F.csv] (--holdout-gpu TYPE [--given-models M1,M2] |
+        --holdout-model NAME) [--model-family rf|hgb|xgb|scaling] [--json]
+    cpn predictor screen [--benchmarks F.csv] [--json]
+
+Every command trains on the shipped tables (Gavel's and Lambda's), plus ``--benchmarks``
+when given (``--without-shipped``: that file alone), after the absurd-row rule
+(:mod:`predictor.knowledge`); ``screen`` prints the rule and what it rejected.
 
 Exit codes: 0 success, 2 bad arguments or input (the message says which).
 """
@@ -26,6 +31,15 @@ from predictor.catalog import (
     canonical_gpu,
     gpu_types,
 )
+from predictor.knowledge import (
+    COLLAPSE,
+    RULE,
+    SUPERLINEAR,
+    Rejected,
+    screened,
+    shipped,
+    with_shipped,
+)
 from predictor.model import (
     FAMILIES,
     Measurement,
@@ -43,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="fit the model on benchmarks (and history)")
-    train.add_argument("--benchmarks", type=Path, help="benchmark CSV (default: shipped table)")
+    train.add_argument("--benchmarks", type=Path, help="benchmark CSV, added to the shipped tables")
+    train.add_argument("--without-shipped", action="store_true", help="--benchmarks alone")
     train.add_argument("--history", type=Path, help="SQLite history of finished jobs")
     train.add_argument("--family", "--model-family", choices=FAMILIES, default="rf")
     train.add_argument("--seed", type=int, default=0)
@@ -62,10 +77,22 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--json", action="store_true")
 
     ev = sub.add_parser("evaluate", help="hold out a GPU type or a model; score the rest")
-    ev.add_argument("--benchmarks", type=Path, help="benchmark CSV (default: shipped table)")
+    ev.add_argument(
+        "--benchmarks",
+        type=Path,
+        help="benchmark CSV added to the shipped tables; only its rows are scored",
+    )
+    ev.add_argument("--without-shipped", action="store_true", help="--benchmarks alone")
     hold = ev.add_mutually_exclusive_group(required=True)
     hold.add_argument("--holdout-gpu")
     hold.add_argument("--holdout-model")
+    ev.add_argument(
+        "--given-models",
+        default="",
+        metavar="M1,M2",
+        help="with --holdout-gpu: the held-out type's rows of these models go to training "
+        "(as a benchmark run would) and only the other models' rows are scored",
+    )
     ev.add_argument("--model-family", "--family", choices=FAMILIES, default="rf")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument(
@@ -82,15 +109,30 @@ def _parser() -> argparse.ArgumentParser:
         "model first, and score the rest",
     )
     ev.add_argument("--json", action="store_true")
+
+    sc = sub.add_parser("screen", help="the absurd-row rule and the rows it rejects")
+    sc.add_argument("--benchmarks", type=Path, help="benchmark CSV, added to the shipped tables")
+    sc.add_argument("--without-shipped", action="store_true", help="--benchmarks alone")
+    sc.add_argument("--json", action="store_true")
     return parser
 
 
-def _table(path: Path | None) -> BenchmarkTable:
-    return BenchmarkTable.default() if path is None else BenchmarkTable.load(path)
+def _tables(
+    args: argparse.Namespace,
+) -> tuple[BenchmarkTable, list[Rejected], BenchmarkTable | None]:
+    """(screened training table, rejected rows, the --benchmarks file's own table)."""
+    own = BenchmarkTable.load(args.benchmarks) if args.benchmarks is not None else None
+    if args.without_shipped:
+        if own is None:
+            raise ValueError("--without-shipped needs --benchmarks")
+        table, rejected = screened(own)
+    else:
+        table, rejected = with_shipped(own)
+    return table, rejected, own
 
 
 def _train(args: argparse.Namespace) -> int:
-    table = _table(args.benchmarks)
+    table, _, _ = _tables(args)
     measurements = measurements_from_table(table)
     if args.history is not None:
         measurements += _history_measurements(args.history)
@@ -126,7 +168,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.artifact is not None:
         model = load_artifact(args.artifact)
     else:
-        table = BenchmarkTable.default()
+        table = shipped()
         model = ThroughputModel("rf").fit(measurements_from_table(table), table=table)
     try:
         name = model.specs.table.resolve_model(args.model)
@@ -181,11 +223,46 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _screen(args: argparse.Namespace) -> int:
+    table, rejected, _ = _tables(args)
+    report = {
+        "rule": RULE,
+        "superlinear_factor": SUPERLINEAR,
+        "collapse_factor": COLLAPSE,
+        "sources": table.source,
+        "rows_kept": len(table.rows),
+        "rows_rejected": len(rejected),
+        "rejected": [r.as_dict() for r in rejected],
+    }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(RULE)
+    print(f"{len(table.rows)} rows kept, {len(rejected)} rejected ({table.source})")
+    for r in rejected:
+        row = r.row
+        print(
+            f"  {r.check:<12} x{r.ratio:<8.3g} {row.model} on {row.gpus} x {row.gpu_type} "
+            f"{row.precision} batch {row.batch_size}: {row.samples_per_s:g} samples/s "
+            f"vs one GPU {r.reference_sps:g}  [{row.origin}]"
+        )
+    return 0
+
+
 def _evaluate(args: argparse.Namespace) -> int:
-    table = _table(args.benchmarks)
+    table, rejected, own = _tables(args)
     measurements = measurements_from_table(table)
     holdout_gpu = table.resolve_gpu(args.holdout_gpu) if args.holdout_gpu else None
     holdout_model = table.resolve_model(args.holdout_model) if args.holdout_model else None
+    given = sorted({table.resolve_model(m) for m in args.given_models.split(",") if m.strip()})
+    if given and holdout_gpu is None:
+        raise ValueError("--given-models needs --holdout-gpu")
+    scored = None
+    if own is not None and not args.without_shipped:  # score the file's own rows only
+        kept = set(table.rows)
+        scored = measurements_from_table(
+            BenchmarkTable([r for r in own.rows if r in kept], source=own.source)
+        )
     if args.observe_per_model:
         if holdout_gpu is None:
             raise ValueError("--observe-per-model needs --holdout-gpu")
@@ -200,21 +277,35 @@ def _evaluate(args: argparse.Namespace) -> int:
         )
         print(json.dumps(online) if args.json else f"after observing: {online}")
         return 0
-    result = evaluate(
-        measurements,
-        family=args.model_family,
+    result: dict[str, object] = dict(
+        evaluate(
+            measurements,
+            family=args.model_family,
+            holdout_gpu=holdout_gpu,
+            holdout_model=holdout_model,
+            table=table,
+            seed=args.seed,
+            calibrate=not args.no_calibrate,
+            given_models=given,
+            scored=scored,
+        )
+    )
+    result.update(
         holdout_gpu=holdout_gpu,
         holdout_model=holdout_model,
-        table=table,
-        seed=args.seed,
-        calibrate=not args.no_calibrate,
+        given_models=given,
+        given_rows=sum(1 for m in measurements if m.gpu_type == holdout_gpu and m.model in given),
+        family=args.model_family,
+        sources=table.source,
+        rows_rejected=len(rejected),
     )
     if args.json:
         print(json.dumps(result))
     else:
         held = holdout_gpu or holdout_model
+        with_given = f" given {','.join(given)} ({result['given_rows']} rows)" if given else ""
         print(
-            f"{args.model_family} holding out {held}: n={result['n']} "
+            f"{args.model_family} holding out {held}{with_given}: n={result['n']} "
             f"MAPE={result['mape']}% median APE={result['median_ape']}%"
         )
     return 0
@@ -228,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _train(args)
         if args.command == "predict":
             return _predict(args)
+        if args.command == "screen":
+            return _screen(args)
         return _evaluate(args)
     except (BenchmarkError, UnknownName, ValueError, FileNotFoundError) as exc:
         print(f"cpn predictor {args.command}: {exc}", file=sys.stderr)

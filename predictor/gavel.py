@@ -26,7 +26,7 @@ cannot reproduce it.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from predictor.catalog import canonical_gpu, canonical_model
@@ -44,9 +44,6 @@ GAVEL_INPUT = {
     "cyclegan": "monet2photo",
 }
 
-#: Gavel GPU names -> canonical types (Gavel's V100s were 16 GB cards)
-GAVEL_GPU = {"k80": "K80", "p100": "P100", "v100": "V100-16GB"}
-
 
 def convert(lines: Iterable[str]) -> list[tuple[str, str, int, float, int, str, str]]:
     """Rows of the benchmark CSV from the lines of Gavel's isolated-throughput CSV."""
@@ -58,7 +55,7 @@ def convert(lines: Iterable[str]) -> list[tuple[str, str, int, float, int, str, 
         if steps <= 0:
             continue
         model = canonical_model(raw["model"])
-        gpu = canonical_gpu(GAVEL_GPU.get(raw["gpu_type"], raw["gpu_type"]))
+        gpu = canonical_gpu(raw["gpu_type"])  # the catalog's aliases: Gavel's v100 is 16 GB
         batch = int(raw["batch_size"]) if raw["batch_size"] else 1
         out.append(
             (
@@ -74,20 +71,23 @@ def convert(lines: Iterable[str]) -> list[tuple[str, str, int, float, int, str, 
     return out
 
 
-def write(rows: Iterable[tuple[object, ...]], path: Path) -> None:
-    """Write ``rows`` under :data:`HEADER` as CSV."""
+def write(rows: Iterable[tuple[object, ...]], path: Path, header: tuple[str, ...] = HEADER) -> None:
+    """Write ``rows`` under ``header`` as CSV."""
     with path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(HEADER)
+        writer.writerow(header)
         writer.writerows(rows)
 
 
-def main() -> None:  # pragma: no cover - regenerates the shipped file by hand
-    """``python -m predictor.gavel SRC.csv DST.csv``."""
+def main(
+    converter: Callable[[Iterable[str]], Sequence[tuple[object, ...]]] = convert,
+    header: tuple[str, ...] = HEADER,
+) -> None:  # pragma: no cover - regenerates a shipped file by hand
+    """``python -m predictor.gavel SRC.csv DST.csv`` (and :mod:`predictor.lambdalabs`)."""
     import sys
 
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
-    write(convert(src.read_text(encoding="utf-8").splitlines()), dst)
+    write(converter(src.read_text(encoding="utf-8").splitlines()), dst, header)
 
 
 if __name__ == "__main__":  # pragma: no cover

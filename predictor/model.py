@@ -38,7 +38,7 @@ import logging
 import math
 import pickle
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,13 @@ from predictor.catalog import (
     ModelSpec,
     UnknownName,
     effective_tflops,
+    precision_class,
 )
 from predictor.features import FEATURES, SCHEMA_HASH, feature_row
 
 log = logging.getLogger("predictor")
 
-FAMILIES = ("rf", "hgb", "scaling")
+FAMILIES = ("rf", "hgb", "xgb", "scaling")
 ARTIFACT_FORMAT = 1
 #: relative half-width floor of every uncertainty band (measurement noise)
 MIN_BAND = 0.10
@@ -459,22 +460,41 @@ class Priors:
         self._cache: dict[tuple[Any, ...], tuple[float, float] | None] = {}
         # lookups shared by many keys: (model, anchor, batch, gpus) -> samples/s, and
         # (anchor, target, precision) -> speed-up
-        self._sps: dict[tuple[str, str, int, int], float | None] = {}
-        self._ratios: dict[tuple[str, str, str], float] = {}
+        self._sps: dict[tuple[str, str, int, int, str], float | None] = {}
+        self._ratios: dict[tuple[str, str, str, float], float] = {}
+        self._alphas: dict[tuple[str, str, str], float] = {}
 
-    def _measured_sps(self, model: str, anchor: str, batch_size: int, gpus: int) -> float | None:
-        key = (model, anchor, batch_size, gpus)
+    def _measured_sps(
+        self, model: str, anchor: str, batch_size: int, gpus: int, precision: str
+    ) -> float | None:
+        key = (model, anchor, batch_size, gpus, precision_class(precision))
         if key not in self._sps:
-            self._sps[key] = self.table.samples_per_s(model, anchor, batch_size, gpus)
+            self._sps[key] = self.table.samples_per_s(model, anchor, batch_size, gpus, precision)
         return self._sps[key]
 
-    def _ratio(self, anchor: str, target: str, precision: str) -> float:
-        key = (anchor, target, precision)
+    def _ratio(self, anchor: str, target: str, precision: str, model: str = "") -> float:
+        alpha = self.model_alpha(model, target, precision) if model else self.alpha
+        key = (anchor, target, precision, alpha)
         if key not in self._ratios:
             self._ratios[key] = blend_ratio(
-                self.specs.gpu(anchor), self.specs.gpu(target), precision, self.alpha
+                self.specs.gpu(anchor), self.specs.gpu(target), precision, alpha
             )
         return self._ratios[key]
+
+    def model_alpha(self, model: str, target: str, precision: str) -> float:
+        """The compute share of ``model``'s own one-GPU rows of other types than
+        ``target`` in ``precision``'s class (:func:`fit_alpha`); the global one when they
+        cannot tell compute from bandwidth apart."""
+        cls = precision_class(precision)
+        key = (model, target, cls)
+        if key not in self._alphas:
+            rows = [
+                m
+                for m in self._rows_of.get(model, ())
+                if m.gpus == 1 and m.gpu_type != target and precision_class(m.precision) == cls
+            ]
+            self._alphas[key] = fit_alpha(rows, self.specs, default=self.alpha)
+        return self._alphas[key]
 
     def measured_types(self, model: str) -> frozenset[str]:
         """GPU types ``model`` has measurements on."""
@@ -571,7 +591,7 @@ class Priors:
             and within([g.link_gbs for g in specs], target.link_gbs)
         ):
             return None
-        fit = self._physics_fit(t.model, t.anchors)
+        fit = self._physics_fit(t.model, t.anchors, t.precision)
         if fit is None:
             return None
         columns, coef = fit
@@ -581,17 +601,20 @@ class Priors:
         per_sample_s = float(np.dot([terms[c] for c in columns], coef))
         if not per_sample_s > 0 or not math.isfinite(per_sample_s):
             return None
-        ratios = (self._ratio(a, t.gpu_type, t.precision) for a in t.anchors)
+        ratios = (self._ratio(a, t.gpu_type, t.precision, t.model) for a in t.anchors)
         nearest = min((math.log(r) for r in ratios), key=abs)
         return max(t.gpus, 1) / per_sample_s, nearest
 
     def _physics_fit(
-        self, model: str, anchors: tuple[str, ...]
+        self, model: str, anchors: tuple[str, ...], precision: str
     ) -> tuple[tuple[str, ...], np.ndarray] | None:
-        key = (model, anchors)
+        cls = precision_class(precision)
+        key = (model, anchors, cls)
         if key in self._physics_fits:
             return self._physics_fits[key]
         rows = [m for m in self._rows_of.get(model, ()) if m.gpu_type in anchors]
+        same = [m for m in rows if cls and precision_class(m.precision) == cls]
+        rows = same or rows  # the query's precision class when the model was measured in it
         result: tuple[tuple[str, ...], np.ndarray] | None = None
         columns: tuple[str, ...] = ("c", "a")
         if len({m.batch_size for m in rows}) >= 2:
@@ -620,10 +643,10 @@ class Priors:
         total_w = total = 0.0
         nearest = math.inf
         for anchor in t.anchors:
-            sps = self._measured_sps(t.model, anchor, t.batch_size, t.gpus)
+            sps = self._measured_sps(t.model, anchor, t.batch_size, t.gpus, t.precision)
             if sps is None:
                 continue
-            ratio = self._ratio(anchor, t.gpu_type, t.precision)
+            ratio = self._ratio(anchor, t.gpu_type, t.precision, t.model)
             distance = abs(math.log(ratio))
             weight = 1.0 / (0.1 + distance) ** 2
             total += weight * math.log(sps * ratio)
@@ -648,16 +671,17 @@ class Priors:
         link = self.specs.gpu(t.gpu_type).link_gbs
         if link <= 0:
             return None
-        singles = tuple(a for a in t.anchors if 1 in self.table.measured_gpu_counts(t.model, a))
+        counts_of = {a: self.table.measured_gpu_counts(t.model, a, t.precision) for a in t.anchors}
+        singles = tuple(a for a in t.anchors if 1 in counts_of[a])
         total_w = total = 0.0
         for anchor in singles:
             spec = self.specs.gpu(anchor)
-            counts = self.table.measured_gpu_counts(t.model, anchor) - {1}
+            counts = counts_of[anchor] - {1}
             if spec.link_gbs <= 0 or not counts:
                 continue
             m = min(counts, key=lambda g: (abs(math.log(g / t.gpus)), g))
-            sm = self._measured_sps(t.model, anchor, t.batch_size, m)
-            s1 = self._measured_sps(t.model, anchor, t.batch_size, 1)
+            sm = self._measured_sps(t.model, anchor, t.batch_size, m, t.precision)
+            s1 = self._measured_sps(t.model, anchor, t.batch_size, 1, t.precision)
             if not sm or not s1:
                 continue
             ratio = spec.link_gbs / link
@@ -674,6 +698,96 @@ class Priors:
             return None
         exchange_s = max(total / total_w, 0.0)
         return t.gpus / (1.0 / one[0] + exchange_s), one[1]
+
+
+def _spec_point(spec: GpuSpec) -> tuple[float, ...]:
+    """The figures a GPU type is placed by: FP32 (TF32), tensor FP16, bandwidth."""
+    return (effective_tflops(spec, "fp32"), spec.fp16_tflops, spec.bandwidth_gbs)
+
+
+def _spec_ranges(specs: Iterable[GpuSpec]) -> list[tuple[float, float]]:
+    points = [_spec_point(s) for s in specs]
+    if not points:
+        return []
+    return [(min(col) * (1 - 1e-9), max(col) * (1 + 1e-9)) for col in zip(*points, strict=True)]
+
+
+class TypeOffsets:
+    """How far the anchor prior misses on each GPU type, from the models measured there.
+
+    For every training row whose model was also measured on other types, the log error
+    of its anchor prior (computed without its own type: what serving an unmeasured type
+    looks like) is kept. A query for a model not measured on a type that **other models
+    were** measured on is then corrected by their error there: the median over those
+    models of each model's median error, taken from the rows of the query's precision
+    class and GPU count when there are any, else of its precision class, else all, and of
+    the models of its own domain (vision, detection, nlp, ...) when any was measured
+    there: models of one kind miss alike (measured: K80 held out with ResNet-50 and the
+    Transformer given, 37.1% -> 16.8%; A100-80GB 13.5% -> 16.8%, see docs). This
+    is what a benchmark of a few reference models on a new GPU type teaches about every
+    other model: the spec sheet's speed-up is off by about as much for them. The band is
+    the spread of the models' errors (half the range), at least :data:`MIN_BAND`.
+    """
+
+    def __init__(
+        self,
+        residuals: Iterable[tuple[Measurement, float]] = (),
+        domains: Mapping[str, str] | None = None,
+    ) -> None:
+        #: GPU type -> (model, precision class, GPUs) -> log errors
+        self._by_type: dict[str, dict[tuple[str, str, int], list[float]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for m, err in residuals:
+            self._by_type[m.gpu_type][(m.model, precision_class(m.precision), m.gpus)].append(err)
+        #: model -> its catalog domain (vision, detection, nlp, ...)
+        self.domains: dict[str, str] = dict(domains or {})
+
+    def to_list(self) -> list[tuple[str, str, str, int, str, list[float]]]:
+        """Plain data for an artifact (:meth:`from_list` reads it back)."""
+        return [
+            (gpu, model, cls, gpus, self.domains.get(model, ""), list(errs))
+            for gpu, cells in self._by_type.items()
+            for (model, cls, gpus), errs in cells.items()
+        ]
+
+    @classmethod
+    def from_list(cls, items: Iterable[Sequence[Any]]) -> TypeOffsets:
+        """The offsets :meth:`to_list` wrote."""
+        offsets = cls()
+        for gpu, model, pcls, gpus, domain, errs in items:
+            offsets._by_type[str(gpu)][(str(model), str(pcls), int(gpus))].extend(
+                float(e) for e in errs
+            )
+            offsets.domains[str(model)] = str(domain)
+        return offsets
+
+    def offset(
+        self, gpu_type: str, model: str, precision: str, gpus: int, domain: str = ""
+    ) -> tuple[float, float] | None:
+        """(log correction, log half-spread) for ``model`` (of catalog ``domain``) on
+        ``gpu_type``, or None."""
+        cells = self._by_type.get(gpu_type)
+        if not cells:
+            return None
+        cls = precision_class(precision)
+        matches = (
+            lambda k: k[1] == cls and k[2] == gpus,
+            lambda k: k[1] == cls,
+            lambda k: True,
+        )
+        for match in matches:
+            per_model: dict[str, list[float]] = defaultdict(list)
+            for key, errs in cells.items():
+                if key[0] != model and match(key):
+                    per_model[key[0]].extend(errs)
+            alike = {g: v for g, v in per_model.items() if domain and self.domains.get(g) == domain}
+            per_model = alike or per_model
+            if per_model:
+                medians = [float(np.median(v)) for v in per_model.values()]
+                spread = (max(medians) - min(medians)) / 2.0
+                return float(np.median(medians)), spread
+        return None
 
 
 def _one_thread() -> Any:
@@ -701,6 +815,14 @@ def _make_regressor(family: str, n_estimators: int, seed: int) -> Any:
         return HistGradientBoostingRegressor(
             max_iter=100, learning_rate=0.1, min_samples_leaf=5, random_state=seed
         )
+    if family == "xgb":  # optional: compared in docs/predictor.md, not a dependency
+        try:
+            from xgboost import XGBRegressor  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise ValueError("model family 'xgb' needs the xgboost package installed") from exc
+        return XGBRegressor(
+            n_estimators=100, learning_rate=0.1, max_depth=6, n_jobs=1, random_state=seed
+        )
     raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
 
 
@@ -720,6 +842,8 @@ class ThroughputModel:
         self.residual_sigma = 0.25
         self.shrink: dict[str, float] = {"anchor": 0.0, "roofline": 0.0}
         self.table: BenchmarkTable | None = None
+        self.type_offsets = TypeOffsets()
+        self._ranges: list[tuple[float, float]] = []
         self.fitted = False
 
     # -- training
@@ -793,9 +917,12 @@ class ThroughputModel:
         X_rows: list[tuple[float, ...]] = []
         targets: list[float] = []
         weights: list[float] = []
+        residuals: list[tuple[Measurement, float]] = []
         for m in self.measurements:
             # Priors.anchor never anchors on the target type, i.e. the row's own type
-            rows, priors, _ = self._rows([_query(m)], exclude_own=True)
+            rows, priors, kinds = self._rows([_query(m)], exclude_own=True)
+            if kinds[0] == "anchor":
+                residuals.append((m, math.log(m.samples_per_s / priors[0])))
             for row, prior in zip(rows, priors, strict=True):
                 X_rows.append(row)
                 targets.append(math.log(m.samples_per_s / prior))
@@ -814,8 +941,26 @@ class ThroughputModel:
                 self.regressor.fit(X, y, sample_weight=w)
             if calibrate:
                 self.shrink = self._calibrate()
+        self.type_offsets = TypeOffsets(
+            residuals, {m.model: self.specs.model(m.model).domain for m, _ in residuals}
+        )
+        self._ranges = _spec_ranges(
+            self.specs.gpu(g) for g in {m.gpu_type for m in self.measurements}
+        )
         self.fitted = True
         return self
+
+    def _inside(self, gpu_type: str) -> bool:
+        """True when ``gpu_type``'s figures lie within the training types' ranges: trees
+        are constant beyond the range they learned from, so a type outside it (slower or
+        faster than every training type in some figure) gets the prior, not the residual."""
+        if not self._ranges:
+            return True
+        spec = self.specs.gpu(gpu_type)
+        return all(
+            lo <= value <= hi
+            for value, (lo, hi) in zip(_spec_point(spec), self._ranges, strict=True)
+        )
 
     def _calibrate(self) -> dict[str, float]:
         """How much of the learned residual to trust, per prior kind, by inner CV.
@@ -873,7 +1018,8 @@ class ThroughputModel:
             lo, hi = q10 - mid, q90 - mid
         else:
             with _one_thread():
-                mid = self.regressor.predict(X) if self.family == "hgb" and n else np.zeros(n)
+                boosted = self.family in {"hgb", "xgb"} and n
+                mid = self.regressor.predict(X) if boosted else np.zeros(n)
             band = _Z90 * self.residual_sigma
             lo, hi = np.full(n, -band), np.full(n, band)
         return _Parts(log_prior=log_prior, mid=mid, lo=lo, hi=hi, kinds=tuple(kinds))
@@ -898,7 +1044,9 @@ class ThroughputModel:
             except UnknownName:
                 continue
             if use_measured and q.gpu_type in self.priors.measured_types(q.model):
-                value = self.priors.table.samples_per_s(q.model, q.gpu_type, q.batch_size, q.gpus)
+                value = self.priors.table.samples_per_s(
+                    q.model, q.gpu_type, q.batch_size, q.gpus, q.precision
+                )
                 if value is not None:
                     point[i] = value
                     low[i] = value * (1 - MIN_BAND)
@@ -908,7 +1056,12 @@ class ThroughputModel:
             todo.append(i)
         if todo:
             parts = self._parts([queries[i] for i in todo])
-            lam = np.asarray([self.shrink.get(k, 0.0) for k in parts.kinds])
+            lam = np.asarray(
+                [
+                    self.shrink.get(k, 0.0) if self._inside(queries[i].gpu_type) else 0.0
+                    for k, i in zip(parts.kinds, todo, strict=True)
+                ]
+            )
             mid = lam * parts.mid
             floor = math.log1p(MIN_BAND)
             # the band: the trees' spread, never below the prior's own error when the
@@ -917,12 +1070,33 @@ class ThroughputModel:
             prior_band = _Z90 * self.residual_sigma * (1 - lam)
             lo = np.minimum(spread * parts.lo - prior_band, -floor)
             hi = np.maximum(spread * parts.hi + prior_band, floor)
+            # a type measured on other models: their error there replaces the residual
+            kind_list = list(parts.kinds)
+            for j, i in enumerate(todo):
+                q = queries[i]
+                found = (
+                    self.type_offsets.offset(
+                        q.gpu_type,
+                        q.model,
+                        q.precision,
+                        q.gpus,
+                        self.specs.model(q.model).domain,
+                    )
+                    if parts.kinds[j] == "anchor"
+                    else None
+                )
+                if found is not None:
+                    offset, half = found
+                    mid[j] = offset
+                    lo[j] = min(-half, -floor)
+                    hi[j] = max(half, floor)
+                    kind_list[j] = "anchor+type"
             idx = np.asarray(todo)
             point[idx] = np.exp(parts.log_prior + mid)
             low[idx] = np.exp(parts.log_prior + mid + lo)
             high[idx] = np.exp(parts.log_prior + mid + hi)
             for j, i in enumerate(todo):
-                kinds[i] = parts.kinds[j]
+                kinds[i] = kind_list[j]
         return Predictions(point, low, high, tuple(kinds))
 
     def predict_one(self, query: Query) -> tuple[float, float, float, str]:
@@ -943,22 +1117,36 @@ def holdout_predictions(
     table: BenchmarkTable | None = None,
     seed: int = 0,
     calibrate: bool = True,
+    given_models: Collection[str] = (),
+    scored: Collection[Measurement] | None = None,
 ) -> tuple[list[Measurement], np.ndarray]:
     """(held-out rows, predicted samples/s) of a model fitted on every other row.
 
-    Everything fitted (prior's alpha and roofline, forest, calibration) sees only the
-    training rows; the held-out rows' throughputs are read only to score.
+    With ``holdout_gpu``, the held-out type's rows of ``given_models`` go to training (as
+    a benchmark run of those models on the new type would) and are not scored; only
+    rows in ``scored`` are scored when it is given (an admin's file among the shipped
+    tables). Everything fitted (prior's alpha and roofline, forest, calibration) sees
+    only the training rows; the held-out rows' throughputs are read only to score.
     """
     if (holdout_gpu is None) == (holdout_model is None):
         raise ValueError("give exactly one of holdout_gpu and holdout_model")
+    if given_models and holdout_gpu is None:
+        raise ValueError("given models need a held-out GPU type")
+    given = frozenset(given_models)
 
     def held(m: Measurement) -> bool:
-        return m.gpu_type == holdout_gpu if holdout_gpu is not None else m.model == holdout_model
+        if holdout_gpu is not None:
+            return m.gpu_type == holdout_gpu and m.model not in given
+        return m.model == holdout_model
 
     train = [m for m in measurements if not held(m)]
     test = [m for m in measurements if held(m)]
+    if scored is not None:
+        keep = set(scored)
+        test = [m for m in test if m in keep]
     if not test:
-        raise ValueError(f"no rows for {holdout_gpu or holdout_model!r}")
+        what = holdout_gpu or holdout_model
+        raise ValueError(f"no rows to score for {what!r} (besides the given models')")
     if not train:
         raise ValueError("nothing left to train on")
     model = ThroughputModel(family, seed=seed)
@@ -978,12 +1166,15 @@ def evaluate(
     table: BenchmarkTable | None = None,
     seed: int = 0,
     calibrate: bool = True,
+    given_models: Collection[str] = (),
+    scored: Collection[Measurement] | None = None,
 ) -> dict[str, float]:
     """Train on every row but the held-out GPU type (or model); score the held-out rows.
 
     Returns ``{"n", "mape", "median_ape"}``: absolute percentage error of predicted vs
     measured throughput, in percent. ``calibrate=False`` applies the learned residual in
-    full instead of the inner-CV weight.
+    full instead of the inner-CV weight. ``given_models`` and ``scored``: see
+    :func:`holdout_predictions`.
     """
     test, pred = holdout_predictions(
         measurements,
@@ -993,6 +1184,8 @@ def evaluate(
         table=table,
         seed=seed,
         calibrate=calibrate,
+        given_models=given_models,
+        scored=scored,
     )
     actual = np.asarray([m.samples_per_s for m in test])
     ape = np.abs(pred - actual) / actual * 100.0
@@ -1021,6 +1214,7 @@ def save(model: ThroughputModel, path: str | Path) -> None:
         "seed": model.seed,
         "residual_sigma": model.residual_sigma,
         "shrink": dict(model.shrink),
+        "type_offsets": model.type_offsets.to_list(),
         "measurements": [asdict(m) for m in model.measurements],
         "extra_models": [asdict(spec) for spec in model.specs.table.extra_models.values()],
         "extra_gpus": [asdict(spec) for spec in model.specs.table.extra_gpus.values()],
@@ -1077,6 +1271,10 @@ def load(path: str | Path) -> ThroughputModel:
         model.priors = Priors(model.measurements, model.specs)
         model.residual_sigma = float(payload.get("residual_sigma", 0.25))
         model.shrink = {str(k): float(v) for k, v in dict(payload.get("shrink", {})).items()}
+        model.type_offsets = TypeOffsets.from_list(payload.get("type_offsets", ()))
+        model._ranges = _spec_ranges(
+            model.specs.gpu(g) for g in {m.gpu_type for m in model.measurements}
+        )
         blob = payload.get("regressor")
         model.regressor = pickle.loads(blob) if blob is not None else None
         if model.family != "scaling" and model.regressor is None:
