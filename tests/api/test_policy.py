@@ -89,7 +89,7 @@ def test_every_key_maps_to_its_field() -> None:
 def test_numbers_are_floats_and_gpu_types_canonical() -> None:
     """Integers in number fields become floats; a GPU type alias becomes the one type it
     names, as nodes report it (a quota keyed otherwise would match no job)."""
-    quota = {"gpus": 4, "per_type": {"h100": 2, "2080ti": 1, "a100-80gb": 3}}
+    quota = {"gpus": 4, "per_type": {"h100-80gb": 2, "2080ti": 1, "a100-80gb": 3}}
     policy = parse_policy({"quotas": {"groups": {"g": quota}}})
     limit = policy.quotas.groups["g"].limit
     assert isinstance(limit.gpus, float)
@@ -205,7 +205,7 @@ MISTAKES = [
     pytest.param(
         GROUP + "      per_type: {A100: 4}",
         "quotas.groups.team-a.per_type.A100",
-        "names 2 GPU types (A100-40GB, A100-80GB)",
+        "names 3 GPU types (A100-40GB, A100-80GB, A100-80GB-PCIE)",
         id="gpu-family-as-quota-key",
     ),
     pytest.param(

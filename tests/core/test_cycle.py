@@ -462,3 +462,35 @@ def test_draining_bounds_the_wait_of_a_job_always_passed_over():
     on = QueuePolicy(aging=quiet, reservation=Reservation(drain_after_s=1000))
     started = _stream(on, horizon_s=4000)
     assert started is not None and 1000 <= started <= 1000 + 200 + 50
+
+
+@pytest.mark.parametrize(
+    ("fresh_runtime_s", "shorter_by", "preempted"),
+    [
+        (10_000.0, 2.0, True),  # a quarter of the victim's remaining time: worth a restart
+        (30_000.0, 2.0, False),  # ranks above, but not twice as short: no swap
+        (30_000.0, 1.0, True),  # shorter_by 1: rank and price alone decide
+    ],
+)
+def test_preemption_needs_a_job_shorter_by_the_policy_factor(
+    fresh_runtime_s: float, shorter_by: float, preempted: bool
+):
+    """Under the formula a waiting job preempts a checkpointing one only when it is expected
+    to end ``shorter_by`` times sooner than the victim's remaining time, so two long jobs do
+    not swap places over and over."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    veteran = job("veteran", gpus=4, runtime_s=40_000.0, checkpoint=True)
+    r = running(veteran, "m", A100, ("m-0",), start_s=0, end_s=40_000)
+    rules = Preemption(enabled=True, shorter_by=shorter_by)
+    snap = snapshot(
+        jobs=[job("fresh", gpus=4, runtime_s=fresh_runtime_s, submitted_s=1000)],
+        clusters=[c],
+        running_jobs=[r],
+        now_s=1000,
+        policy=QueuePolicy(name="p", preemption=rules),
+    )
+    plan = plan_cycle(snap)
+    want = [("veteran", "fresh")] if preempted else []
+    assert [(p.job_key, p.for_key) for p in plan.preemptions] == want

@@ -197,12 +197,16 @@ def test_philly_comparison_writes_a_report_per_trace(tmp_path, monkeypatch, caps
     (data / "philly" / "tiny.csv").write_bytes((DATA / "tiny.csv").read_bytes())
     (data / "gavel-cluster.yaml").write_bytes((DATA / "small-clusters.yaml").read_bytes())
     monkeypatch.setattr(compare, "DATA", data)
+    monkeypatch.setattr(compare, "VCS", ("tiny",))
     out = tmp_path / "out"
-    compare.main(["--vcs", "tiny", "--estimator", "oracle", "--out", str(out), "--json"])
+    compare.main(
+        ["--suites", "gavel", "--checkpointable", "0", "--estimator", "oracle", "--jobs", "1"]
+        + ["--out", str(out), "--json"]
+    )
     text = (out / "tiny" / "report.md").read_text()
     for name in ("fifo", "oracle", "default"):
         assert re.search(rf"^\| {name} \| 40 \| 40 \|", text, re.M)
-    assert "cpn simulate philly --vcs tiny" in text
+    assert "cpn simulate philly --suites gavel" in text
     for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
         assert (out / "tiny" / image).is_file()
 

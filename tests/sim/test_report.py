@@ -63,6 +63,7 @@ def test_metric_keys_are_the_contract(result):
         "infeasible",
         "unfinished",
         "preemptions",
+        "lost_gpu_h",
         "cycles",
         "skipped_cycles",
         "plan_wall_s",

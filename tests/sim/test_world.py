@@ -234,15 +234,15 @@ def preempting_plan(snapshot: Snapshot) -> CyclePlan:
 
 
 @pytest.mark.parametrize(
-    ("checkpoint", "interval_s", "want_finish"),
+    ("checkpoint", "interval_s", "want_finish", "lost_s"),
     [
-        (True, 20, 150 + 60 + 60),  # checkpoints at 20 and 40 s: 40 s kept, 10 s lost
-        (True, 1800, 150 + 60 + 100),  # no checkpoint written yet: all 50 s lost
-        (False, 20, 150 + 60 + 100),  # starts over
+        (True, 20, 150 + 60 + 60, 10),  # checkpoints at 20 and 40 s: 40 s kept, 10 s lost
+        (True, 1800, 150 + 60 + 100, 50),  # no checkpoint written yet: all 50 s lost
+        (False, 20, 150 + 60 + 100, 50),  # starts over
     ],
 )
 def test_preemption_requeues_and_resumes_only_from_a_checkpoint(
-    recorder, checkpoint, interval_s, want_finish
+    recorder, checkpoint, interval_s, want_finish, lost_s
 ):
     """A preempted job is requeued with its attained service; it keeps the progress up to its
     last checkpoint only if it checkpoints, and pays the policy's restart cost."""
@@ -258,6 +258,7 @@ def test_preemption_requeues_and_resumes_only_from_a_checkpoint(
     assert recs["b"].finish_s == 150
     assert recs["a"].finish_s == pytest.approx(want_finish)
     assert recs["a"].preemptions == 1 and result.preemptions == 1
+    assert recs["a"].lost_gpu_s == pytest.approx(lost_s * 4)  # 4 GPUs idle for the lost work
     requeued = next(j for s in seen if s.now_s == 150 for j in s.pending if j.key == "a")
     assert requeued.attained_gpu_s == pytest.approx(50 * 4)
     assert recs["a"].wait_s == pytest.approx(100)  # pending from 50 to 150

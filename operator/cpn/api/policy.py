@@ -259,6 +259,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "restart_cost_s": _number(0.0, MAX_DURATION_S),
     "checkpoint_interval_s": _number(0.0, MAX_DURATION_S, above=True),
     "min_run_s": _number(0.0, MAX_DURATION_S),
+    "shorter_by": _number(1.0, 1e6),
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": _integer(1, 100),

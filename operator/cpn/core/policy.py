@@ -149,7 +149,11 @@ class Preemption:
     of compute unless it says otherwise (``Job.checkpoint_interval_s``). A preemption
     happens only when the waiting job ranks above the victim by more than the GPU-seconds
     it wastes (``min_priority_gap`` on top, in score units), and never to a job that ran
-    less than ``min_run_s`` in its current attempt.
+    less than ``min_run_s`` in its current attempt, and (under the ``cpn`` ordering, which
+    ranks by predicted runtime) only for a job whose expected
+    remaining runtime is at most ``1 / shorter_by`` of the victim's (the doubling
+    thresholds of discretised LAS): two long jobs whose estimates keep growing as they
+    outlive them would otherwise swap places over and over, each swap wasting a restart.
     """
 
     enabled: bool = False
@@ -157,6 +161,7 @@ class Preemption:
     restart_cost_s: float = 60.0
     checkpoint_interval_s: float = 1800.0
     min_run_s: float = 0.0
+    shorter_by: float = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
