@@ -199,10 +199,8 @@ def test_philly_comparison_writes_a_report_per_trace(tmp_path, monkeypatch, caps
     monkeypatch.setattr(compare, "DATA", data)
     monkeypatch.setattr(compare, "VCS", ("tiny",))
     out = tmp_path / "out"
-    compare.main(
-        ["--suites", "gavel", "--checkpointable", "0", "--estimator", "oracle", "--jobs", "1"]
-        + ["--out", str(out), "--json"]
-    )
+    args = ["--suites", "gavel", "--checkpointable", "0", "--estimator", "oracle", "--jobs", "1"]
+    compare.main([*args, "--out", str(out), "--json"])
     text = (out / "tiny" / "report.md").read_text()
     for name in ("fifo", "oracle", "default"):
         assert re.search(rf"^\| {name} \| 40 \| 40 \|", text, re.M)
