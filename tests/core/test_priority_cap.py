@@ -6,6 +6,7 @@ import pytest
 
 from cpn.api.policy import parse_policy
 from cpn.core.errors import PolicyError
+from cpn.core.policy import QueuePolicy
 from cpn.core.queue import effective_priority, order_jobs
 from tests.builders import job, snapshot
 
@@ -42,10 +43,27 @@ def test_capped_priority_neither_reaches_a_level_nor_outranks() -> None:
     assert {r.job.key: r.level_name for r in ranked}["vision/claims-1000"] == "normal"
 
 
-def test_without_a_cap_priority_is_taken_as_written() -> None:
-    """No max_priority anywhere: the written priority counts (backwards compatible)."""
-    policy = parse_policy("quotas: {groups: {vision: {gpus: 4}}}")
+def test_the_default_policy_bounds_every_group_at_priority_0() -> None:
+    """Secure by default: without max_priority anywhere (the shipped policy, an empty
+    document, the built-in defaults) a job asking 1000 counts with 0, and cannot reach a
+    level that asks a higher priority; a negative priority still counts as written."""
+    levels = "levels: [{name: urgent, min_priority: 100}, {name: normal}]\n"
+    for policy in (QueuePolicy(), parse_policy(""), parse_policy(levels)):
+        assert policy.quotas.max_priority == 0
+        assert effective_priority(job("a", group="vision", priority=1000), policy) == 0
+        assert effective_priority(job("b", group="vision", priority=-5), policy) == -5
+    policy = parse_policy(levels)
+    asks = job("vision/asks-1000", group="vision", priority=1000, submitted_s=0.0)
+    (ranked,) = order_jobs([asks], snapshot(policy=policy, now_s=30.0))
+    assert ranked.level_name == "normal"
+
+
+def test_an_explicit_null_lifts_the_bound() -> None:
+    """An admin who means it writes max_priority: null: the written priority counts."""
+    policy = parse_policy("quotas: {max_priority: null, groups: {vision: {gpus: 4}}}")
     assert effective_priority(job("a", group="vision", priority=700), policy) == 700
+    policy = parse_policy("quotas: {groups: {ops: {max_priority: null}}}")
+    assert effective_priority(job("a", group="ops", priority=700), policy) == 0  # falls back
 
 
 @pytest.mark.parametrize("text", ["quotas: {max_priority: 1.5}", "quotas: {max_priority: yes}"])

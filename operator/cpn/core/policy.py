@@ -76,7 +76,9 @@ class Quotas:
 
     groups: Mapping[str, GroupQuota] = field(default_factory=lambda: MappingProxyType({}))
     lending: bool = False
-    max_priority: int | None = None  # for every group without its own (None = unbounded)
+    # for every group without its own; 0 by default, so a job asking more than 0 counts
+    # with 0 unless the policy allows it (None = unbounded, written `max_priority: null`)
+    max_priority: int | None = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
