@@ -221,3 +221,65 @@ def test_merge_patch_sends_only_changes_and_removals():
 def test_human_duration(seconds: float | None, want: str):
     """Printer-column durations are short."""
     assert human_duration(seconds) == want
+
+
+def template_with(**meta: Any) -> dict[str, Any]:
+    return {"metadata": meta, "spec": {"containers": [{"name": "train", "image": "t:1"}]}}
+
+
+def errors_of(spec_change: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(InvalidSpec) as err:
+        parse_aijob(body(**spec_change), user="u", group="g")
+    return {e.path: e.message for e in err.value.errors}
+
+
+def test_annotations_a_member_would_refuse_are_invalid_with_the_sizes():
+    """A member takes 256 KiB of annotations in all (keys and values, in bytes); cpn keeps
+    17 KiB of it for what it adds, so the template may hold 239 KiB; one byte more is
+    refused here, not by the member at every dispatch."""
+    room = 256 * 1024 - 16 * 1024 - 1024
+    key = "notes.example.com/x"
+    fits = template_with(annotations={key: "é" * ((room - len(key)) // 2)})  # 2 bytes each
+    parse_aijob(body(template=fits), user="u", group="g")
+    over = template_with(annotations={key: "x" * (room - len(key) + 1)})
+    found = errors_of({"template": over})
+    assert found == {
+        "spec.template.metadata.annotations": f"{room + 1} bytes in all; a member cluster "
+        f"takes at most 262144 bytes of annotations, of which cpn keeps 17408 for its own: "
+        f"at most {room}"
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "key", "value", "why"),
+    [
+        ("labels", "team", "a" * 64, "is not a label value"),
+        ("labels", "team", "-dash", "is not a label value"),
+        ("labels", "bad key", "x", "not a valid key"),
+        ("annotations", "Example.com/x", "x", "not a valid key"),  # the prefix is lower case
+        ("annotations", "x" * 64, "x", "not a valid key"),
+        ("labels", "a/b/c", "x", "not a valid key"),
+    ],
+)
+def test_label_and_annotation_keys_and_label_values_are_checked(field, key, value, why):
+    """What Kubernetes' validation refuses (422) is refused with its path."""
+    found = errors_of({"template": template_with(**{field: {key: value}})})
+    ((path, message),) = found.items()
+    assert path.startswith(f"spec.template.metadata.{field}") and key in path, path
+    assert why in message, message
+
+
+def test_valid_keys_and_values_pass():
+    meta = {
+        "labels": {"app.kubernetes.io/name": "x", "empty": "", "a_b.c-d": "V1.2_3"},
+        "annotations": {"example.com/long": "any text: /, spaces, ünïcode"},
+    }
+    parse_aijob(body(template=template_with(**meta)), user="u", group="g")
+
+
+def test_a_template_too_big_for_a_member_is_invalid():
+    """Over 1 MiB of pod template (as JSON) would not fit a member's store with cpn's part."""
+    env = [{"name": f"V{i}", "value": "x" * 1000} for i in range(1100)]
+    template = {"spec": {"containers": [{"name": "train", "image": "t:1", "env": env}]}}
+    found = errors_of({"template": template})
+    assert "a member cluster stores at most 1048576" in found["spec.template"]

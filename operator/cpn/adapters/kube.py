@@ -12,6 +12,7 @@ the operator's CPU with thousands of pods and Jobs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -30,6 +31,36 @@ LIST_PAGE = 500
 
 #: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
 EventFn = Callable[[str, Mapping[str, Any] | None], None]
+
+
+#: 4xx answers that a retry may turn into a success: 401 and 403 (the credentials, or a
+#: member ResourceQuota or admission check that may pass once room frees), 408 (timeout),
+#: 409 (AlreadyExists: a create that happened) and 429 (throttled). Any other 4xx refuses
+#: the request itself, and sending it again cannot change that.
+RETRYABLE_4XX = frozenset({401, 403, 408, 409, 429})
+
+
+def refused(err: BaseException) -> bool:
+    """Whether ``err`` is an API server's refusal that retrying cannot change."""
+    status = err.status if isinstance(err, ApiException) else None
+    return status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX
+
+
+def error_line(err: BaseException, limit: int = 400) -> str:
+    """An API call's failure in one line: ``422 Invalid: <the Status message>`` from the
+    Kubernetes Status body (never the client's HTTP headers), else the exception's text."""
+    if isinstance(err, ApiException):
+        status: Any = {}
+        with contextlib.suppress(TypeError, ValueError):
+            status = json.loads(err.body or "{}")
+        status = status if isinstance(status, Mapping) else {}
+        reason = status.get("reason") or err.reason or "Error"
+        message = status.get("message") or ""
+        text = f"{err.status} {reason}" + (f": {message}" if message else "")
+    else:
+        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def client_from_kubeconfig(kubeconfig: Mapping[str, Any] | str) -> client.ApiClient:

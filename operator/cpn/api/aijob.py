@@ -55,6 +55,13 @@ MAX_GPU_TYPES = 32
 MAX_DATA_GB = 1e6
 MAX_IMAGE_GB = 1e4
 MAX_ANNOTATION_BYTES = 16 * 1024
+#: What a member's API server takes: all annotations of an object together (keys and
+#: values, in bytes: Kubernetes' TotalAnnotationSizeLimitB), and one request's body (etcd
+#: stores objects up to 1.5 MiB by default). cpn keeps room for what it adds to the pod
+#: template: the per-GPU-type values (at most MAX_ANNOTATION_BYTES) and its own few.
+MEMBER_ANNOTATIONS_BYTES = 256 * 1024
+TEMPLATE_ANNOTATIONS_BYTES = MEMBER_ANNOTATIONS_BYTES - MAX_ANNOTATION_BYTES - 1024
+MAX_TEMPLATE_BYTES = 1 << 20
 
 #: The keys of each section the CRD defines (a test checks they match crds/aijob.yaml).
 KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
@@ -83,6 +90,9 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+:-]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
 _KEY = re.compile(r"[A-Za-z0-9_-]+")
+# Label and annotation keys ([prefix/]name) and label values, as Kubernetes checks them.
+_QUALIFIED_NAME = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _JSON_TYPES = {
     bool: "boolean",
     int: "integer",
@@ -338,6 +348,14 @@ def _template(reader: _Reader, template: Any) -> None:
     if isinstance(meta, Mapping):
         for field in ("labels", "annotations"):
             _string_map(reader, meta.get(field), f"spec.template.metadata.{field}")
+        _member_limits(reader, meta)
+    size = len(json.dumps(template, default=str).encode())
+    if size > MAX_TEMPLATE_BYTES:
+        reader.error(
+            "spec.template",
+            f"is {size} bytes as JSON; a member cluster stores at most {MAX_TEMPLATE_BYTES}"
+            " (keep large data in a volume or ConfigMap, not in the pod template)",
+        )
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     raw = annotations.get(k.ANNOTATION_PER_GPU_TYPE) if isinstance(annotations, Mapping) else None
     if raw is not None:
@@ -358,6 +376,52 @@ def _string_map(reader: _Reader, value: Any, path: str) -> None:
             reader.error(
                 _join(path, str(key)), f"must be a string, got {kind} {short_repr(item)} (quote it)"
             )
+
+
+def _member_limits(reader: _Reader, meta: Mapping[str, Any]) -> None:
+    """What the member's API server would refuse on every create (422), refused here:
+    keys that are not qualified names, label values that are not, annotations too big."""
+    for field in ("labels", "annotations"):
+        items = meta.get(field)
+        if not isinstance(items, Mapping):
+            continue
+        path = f"spec.template.metadata.{field}"
+        for key, value in items.items():
+            if not _qualified_key(key):
+                reader.error(
+                    _join(path, str(key)),
+                    "not a valid key: [prefix/]name, name ≤ 63 letters, digits, '-', '_', '.'"
+                    " (starting and ending with a letter or digit), prefix a DNS name",
+                )
+            elif field == "labels" and isinstance(value, str) and not _LABEL_VALUE.fullmatch(value):
+                reader.error(
+                    _join(path, key),
+                    f"{short_repr(value)} is not a label value (≤ 63 letters, digits, '-', "
+                    "'_', '.', starting and ending with a letter or digit)",
+                )
+        if field == "annotations":
+            total = sum(
+                len(str(key).encode()) + len(value.encode())
+                for key, value in items.items()
+                if isinstance(value, str)
+            )
+            if total > TEMPLATE_ANNOTATIONS_BYTES:
+                reader.error(
+                    path,
+                    f"{total} bytes in all; a member cluster takes at most "
+                    f"{MEMBER_ANNOTATIONS_BYTES} bytes of annotations, of which cpn keeps "
+                    f"{MEMBER_ANNOTATIONS_BYTES - TEMPLATE_ANNOTATIONS_BYTES} for its own: at most "
+                    f"{TEMPLATE_ANNOTATIONS_BYTES}",
+                )
+
+
+def _qualified_key(key: Any) -> bool:
+    if not isinstance(key, str):
+        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and bool(_QUALIFIED_NAME.fullmatch(name))
 
 
 def _per_gpu_type(reader: _Reader, raw: Any) -> None:

@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
 from cpn.adapters.events import post_event
-from cpn.adapters.kube import Informer, client_from_kubeconfig
+from cpn.adapters.kube import Informer, client_from_kubeconfig, error_line, refused
 from cpn.adapters.lease import leading
 from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
@@ -964,15 +964,23 @@ class Runtime:
             if not leading():
                 raise RuntimeError("this replica is no longer the leader")
             uid = await self.call(member.create_job, manifest)
-        except Exception as err:  # member unreachable or refusing: requeue, attempt not counted
+        except Exception as err:
             if superseded():
                 return  # nothing of ours exists
+            self.observer.dispatch_failed(member.name)
+            why = error_line(err)
+            log.warning("dispatch of %s failed: %s", record.key, why)
+            if refused(err):
+                # The member refuses this Job as it is: the attempt counts and fails (retried
+                # with back-off, then Failed), and it holds no GPUs or quota meanwhile.
+                record.member_job = ""  # nothing was created
+                self._attempt_failed(record, f"{member.name} refused its Job: {why}")
+                return
+            # Unreachable, throttled or busy: back in the queue, the attempt not counted.
             record.attempts = attempt - 1
             record.phase = k.PHASE_QUEUED
             record.reason = "DispatchFailed"
-            self.observer.dispatch_failed(member.name)
-            record.message = f"could not create the Job on {member.name}: {err}"[:500]
-            log.warning("dispatch of %s failed: %s", record.key, err)
+            record.message = f"could not create the Job on {member.name}: {why}"
             self._clear_placement(record)
             self._event(record, "DispatchFailed", record.message, warning=True)
             self._write_soon(record)
