@@ -81,3 +81,31 @@ def test_waiting_unseen_jobs_are_estimated_again_after_a_retrain_only():
     calls = estimator.calls
     store.snapshot(3.0, [], {})
     assert estimator.calls == calls
+
+
+def test_a_queue_the_policy_does_not_know_is_said_and_checked_again_on_a_policy_change():
+    """spec.queue outside the policy's queues (default + every level's queues) is noted on
+    the record with the known names; a new policy that drops a queue flips its jobs."""
+    from cpn.api.policy import parse_policy
+
+    store = Store(parse_policy("levels: [{name: fast, queues: [debug]}]"), FixedEstimator())
+    typo, debug, plain, default = (
+        store.upsert(queued(name, queue), user="u", group="g")
+        for name, queue in (("a", "dbug"), ("b", "debug"), ("c", None), ("d", "default"))
+    )
+    assert typo.unknown_queue == (
+        "spec.queue 'dbug' is not a queue of the policy (its queues: debug, default); "
+        "no level selects the job by its queue"
+    )
+    assert typo.phase == "Queued" and typo.job is not None  # it still runs
+    assert debug.unknown_queue == plain.unknown_queue == default.unknown_queue == ""
+    store.policy = QueuePolicy()
+    assert store.recheck_queues() == [debug]  # newly unknown; the typo was already said
+    assert "(its queues: default)" in debug.unknown_queue and typo.unknown_queue
+
+
+def queued(name: str, queue: str | None) -> dict[str, Any]:
+    doc = body(name, f"uid-{name}")
+    if queue is not None:
+        doc["spec"]["queue"] = queue
+    return doc

@@ -53,5 +53,7 @@ COND_VALID: Final = "Valid"
 COND_ADMITTED: Final = "Admitted"  # placed and dispatched to a member cluster
 COND_RUNNING: Final = "Running"
 COND_FINISHED: Final = "Finished"
+#: False (a Warning) while spec.queue names a queue the policy does not know.
+COND_QUEUE_KNOWN: Final = "QueueKnown"
 COND_READY: Final = "Ready"  # MemberCluster
 COND_METRICS: Final = "MetricsFresh"  # MemberCluster

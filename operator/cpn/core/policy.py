@@ -23,6 +23,9 @@ def _empty() -> Mapping[Any, Any]:
 #: Smallest predicted GPU-time (GPUs x runtime) first, with aging: one second of
 #: waiting is worth ``aging.rate`` GPU-seconds, so no job waits forever. On Gavel's
 #: Philly traces GPU-time beat plain runtime (see the README's table).
+#: The queue of a job that names none, and a name every policy knows.
+DEFAULT_QUEUE = "default"
+
 DEFAULT_FORMULA = "1000000 * priority + aging * wait_s - gpu_time_s"
 
 
@@ -197,3 +200,8 @@ class QueuePolicy:
     namespaces: Mapping[str, tuple[str, str]] = field(  # ns -> (user, group)
         default_factory=lambda: MappingProxyType({})
     )
+
+    @property
+    def queues(self) -> frozenset[str]:
+        """The queue names the policy knows: ``default`` and every level's ``queues``."""
+        return frozenset({DEFAULT_QUEUE}).union(*(level.queues for level in self.levels))

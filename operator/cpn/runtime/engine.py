@@ -65,7 +65,7 @@ from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.explain import CandidateView, Choice, Frees, choices, first_to_free
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
-from cpn.core.policy import QueuePolicy
+from cpn.core.policy import DEFAULT_QUEUE, QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.store import (
     Packed,
@@ -212,6 +212,12 @@ class Runtime:
         before = (old.uid, old.generation, old.deleting) if old is not None else None
         record = self.store.upsert(body, user=user, group=group)
         record.written = _ours(body.get("status") or {}, record.written)
+        if (
+            record.unknown_queue
+            and not record.finished
+            and before != (record.uid, record.generation, record.deleting)
+        ):
+            self._event(record, "UnknownQueue", record.unknown_queue, warning=True)
         if record.deleting and (before is None or not before[2]):
             self._delete_member_job(record)  # held by someone else's finalizer: stop it now
         elif record.job is not None and record.job.suspended and record.active:
@@ -366,6 +372,8 @@ class Runtime:
             user, group = self.owner_of(namespace)
             for record in [r for r in self.store.records.values() if r.namespace == namespace]:
                 self.store.upsert(record.body, user=user, group=group)
+        for record in self.store.recheck_queues():
+            self._event(record, "UnknownQueue", record.unknown_queue, warning=True)
         self.kick()
         return ""
 
@@ -1101,6 +1109,18 @@ class Runtime:
                 previous=prev,
             ),
         ]
+        if record.job is not None and record.job.queue:
+            conditions.append(
+                condition(
+                    k.COND_QUEUE_KNOWN,
+                    not record.unknown_queue,
+                    "UnknownQueue" if record.unknown_queue else "KnownQueue",
+                    record.unknown_queue or f"queue {record.job.queue!r} is in the policy",
+                    generation=gen,
+                    now_s=now,
+                    previous=prev,
+                )
+            )
         if record.phase in {k.PHASE_RUNNING, k.PHASE_SUCCEEDED, k.PHASE_FAILED}:
             conditions.append(
                 condition(
@@ -1436,6 +1456,7 @@ def _signature(record: Record) -> tuple[Any, ...]:
         record.cluster,
         record.member_job,
         record.invalid,
+        record.unknown_queue,
         record.generation,
         record.start_s,
         record.finish_s,
@@ -1468,7 +1489,7 @@ _FREED_BY_ENDS = frozenset(
 def _queue_of(record: Record) -> str:
     """The queue a job's status names: spec.queue, else the policy level that took it."""
     job, hold = record.job, record.hold
-    return (job.queue if job and job.queue else (hold.level if hold else "")) or "default"
+    return (job.queue if job and job.queue else (hold.level if hold else "")) or DEFAULT_QUEUE
 
 
 def _placement(choice: Choice) -> dict[str, Any]:

@@ -76,6 +76,7 @@ class Record:
     group: str
     job: Job | None = None
     invalid: str = ""
+    unknown_queue: str = ""  # why its spec.queue is not one of the policy's ("" when it is)
     phase: str = k.PHASE_QUEUED
     attempts: int = 0
     not_before_s: float = 0.0
@@ -183,6 +184,28 @@ class Store:
         if record.phase == k.PHASE_INVALID:
             record.phase = k.PHASE_QUEUED
         record.job = self.attach_estimate(replace(job, attained_gpu_s=record.attained_s * job.gpus))
+        record.unknown_queue = self.unknown_queue(job)
+
+    def unknown_queue(self, job: Job | None) -> str:
+        """Why ``job``'s spec.queue is none of the policy's queues ("" when it is, or empty)."""
+        known = self.policy.queues
+        if job is None or not job.queue or job.queue in known:
+            return ""
+        return (
+            f"spec.queue {job.queue!r} is not a queue of the policy (its queues: "
+            f"{', '.join(sorted(known))}); no level selects the job by its queue"
+        )
+
+    def recheck_queues(self) -> list[Record]:
+        """After a policy change: each record's queue checked again; returns those whose
+        queue the policy does not know any more (and did before)."""
+        flipped = []
+        for record in self.records.values():
+            why = self.unknown_queue(record.job)
+            if why and not record.unknown_queue and not record.finished:
+                flipped.append(record)
+            record.unknown_queue = why
+        return flipped
 
     def attach_estimate(self, job: Job) -> Job:
         """The job with its predicted runtime on every GPU type the members have."""
