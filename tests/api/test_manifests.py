@@ -163,6 +163,7 @@ OPERATOR_NEEDS = [
     Access(verb="watch", group="apiextensions.k8s.io", resource="customresourcedefinitions"),
     Access(verb="get", group="", resource="configmaps", namespace="cpn-system"),
     Access(verb="watch", group="", resource="configmaps", namespace="cpn-system"),
+    Access(verb="create", group="", resource="configmaps", namespace="cpn-system"),  # last good
     Access(verb="get", group="", resource="secrets", namespace="cpn-system"),
     Access(verb="create", group="coordination.k8s.io", resource="leases", namespace="cpn-system"),
     Access(verb="update", group="coordination.k8s.io", resource="leases", namespace="cpn-system"),
@@ -172,6 +173,10 @@ OPERATOR_MUST_NOT = [
     Access(verb="get", group="", resource="secrets", namespace="team-a"),
     Access(verb="list", group="", resource="configmaps"),
     Access(verb="get", group="", resource="configmaps", namespace="team-a"),
+    Access(verb="create", group="", resource="configmaps", namespace="team-a"),
+    # Only cpn-policy-last-good may be updated (rules with resourceNames do not count here;
+    # the live test below checks the named update), never the admins' policy.
+    Access(verb="update", group="", resource="configmaps", namespace="cpn-system"),
     Access(verb="delete", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="patch", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="update", group="cpn.io", resource="aijobs", namespace="team-a"),
@@ -510,6 +515,20 @@ def test_api_server_authorizes_exactly_the_operators_calls(hub_with_manifests: T
         assert can_i(tb, "hub", SA_USER, access), access
     for access in OPERATOR_MUST_NOT:
         assert not can_i(tb, "hub", SA_USER, access), access
+    # It updates its own copy of the last good policy, never the admins' policy.
+    for name, answer in (("cpn-policy-last-good", "yes"), ("cpn-policy", "no")):
+        asked = kubectl(
+            tb,
+            "hub",
+            "auth",
+            "can-i",
+            "update",
+            f"configmaps/{name}",
+            f"--as={SA_USER}",
+            "-n",
+            "cpn-system",
+        )
+        assert asked.stdout.strip() == answer, (name, asked.stdout, asked.stderr)
     for access in MEMBER_NEEDS:
         assert can_i(tb, tb.members[0], MEMBER_USER, access), access
     for access in MEMBER_MUST_NOT:

@@ -179,6 +179,15 @@ def apply(hub: Hub, namespace: str, *docs: dict[str, Any]) -> subprocess.Complet
     )
 
 
+def set_policy(hub: Hub, text: str) -> None:
+    """Put ``text`` into the policy ConfigMap (as an admin edits it)."""
+    patch = json.dumps({"data": {"policy.yaml": text}})
+    done = hub.kubectl(
+        "patch", "configmap", "cpn-policy", "-n", "cpn-system", "--type=merge", "-p", patch
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
     """Reasons of the Events posted about an object."""
     events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")

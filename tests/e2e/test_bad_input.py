@@ -35,6 +35,7 @@ from tests.e2e.hubkit import (
     member_jobs_by_uid,
     new_namespace,
     running_hub,
+    set_policy,
     wait_status,
 )
 
@@ -155,14 +156,6 @@ def test_api_server_itself_refuses_what_kubectl_refused_or_changed(
         assert status == 400 and text in message, (status, message)
 
 
-def _set_policy(hub: Hub, text: str) -> None:
-    patch = json.dumps({"data": {"policy.yaml": text}})
-    result = hub.kubectl(
-        "patch", "configmap", "cpn-policy", "-n", "cpn-system", "--type=merge", "-p", patch
-    )
-    assert result.returncode == 0, result.stderr
-
-
 def _policy_events(hub: Hub, reason: str) -> list[str]:
     events = hub.core.list_namespaced_event(
         "cpn-system", field_selector="involvedObject.name=cpn-policy"
@@ -175,7 +168,7 @@ def test_broken_policies_are_refused_and_the_last_good_one_stays(
 ) -> None:
     """Each broken policy gets an InvalidPolicy Event naming its problem; the quota stays."""
     before = len(_policy_events(hub, "PolicyAccepted"))
-    _set_policy(hub, GOOD_POLICY)
+    set_policy(hub, GOOD_POLICY)
     wait_until(
         lambda: len(_policy_events(hub, "PolicyAccepted")) > before,
         timeout_s=60,
@@ -198,7 +191,7 @@ def test_broken_policies_are_refused_and_the_last_good_one_stays(
             return [m for m in found if path_part in m and message in m]
 
         before = len(naming())
-        _set_policy(hub, text)
+        set_policy(hub, text)
         wait_until(
             lambda naming=naming, before=before: len(naming()) > before,
             timeout_s=60,

@@ -35,6 +35,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
+from cpn.adapters import lastgood
 from cpn.adapters.events import post_event
 from cpn.adapters.kube import Informer, client_from_kubeconfig, error_line, refused
 from cpn.adapters.lease import leading
@@ -44,7 +45,7 @@ from cpn.api import constants as k
 from cpn.api.aijob import parse_time
 from cpn.api.jobs import render_job
 from cpn.api.kubeconfig import kubeconfig_problems
-from cpn.api.policy import parse_policy_configmap
+from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
     IMMINENT,
     clock,
@@ -132,7 +133,11 @@ class Runtime:
         self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
-        self.policy_loaded = asyncio.Event()
+        self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
+        self.policy_settled = asyncio.Event()  # ... or the defaults, and it is known why
+        self._restoring: asyncio.Task[None] | None = None
+        self._saving: asyncio.Task[None] | None = None
+        self._last_good: tuple[str, str] | None = None  # (document, version) to save
         self._policy_version: str | None = None
         self._policy_informer: Informer | None = None
         self._hub_informers: list[Informer] = []
@@ -324,8 +329,7 @@ class Runtime:
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
-                for item in obj.get("items") or []:
-                    self._threadsafe(self._policy_from_watch, "ADDED", item)
+                self._threadsafe(self._policy_listed, list(obj.get("items") or []))
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
                 self._threadsafe(self._policy_from_watch, event, obj)
 
@@ -340,34 +344,102 @@ class Runtime:
         self._policy_informer = informer
         return informer.start()
 
+    def _policy_listed(self, items: list[Mapping[str, Any]]) -> None:
+        """The policy ConfigMap listed: taken when valid; otherwise, while nothing is in force
+        yet (at start), the last good policy saved in the cluster is."""
+        for item in items:
+            self._policy_from_watch("ADDED", item)
+        if not self.policy_loaded.is_set() and self._restoring is None:
+            cm = {"apiVersion": "v1", "kind": "ConfigMap", **items[0]} if items else None
+            self._restoring = asyncio.get_running_loop().create_task(self._restore_last_good(cm))
+
+    def _in_force(self) -> str:
+        """What the refusal of a new policy leaves in force, for its Event."""
+        if self.policy_loaded.is_set():
+            return f"the last good policy (version {self.store.policy.version}) stays"
+        if self.policy_settled.is_set():
+            return "the built-in defaults stay"
+        return "the last good policy saved in the cluster is looked for (next Event)"
+
     def _policy_from_watch(self, event: str, body: Mapping[str, Any]) -> None:
         cm = {"apiVersion": "v1", "kind": "ConfigMap", **body}
         version = (body.get("metadata") or {}).get("resourceVersion")
         if event == "DELETED":
-            self.post_event(cm, "PolicyDeleted", "policy deleted; the last good one stays", True)
+            self.post_event(cm, "PolicyDeleted", f"policy deleted; {self._in_force()}", True)
             return
         if version == self._policy_version:
             return
         self._policy_version = version
         error = self.policy_event(body)
         if error:
-            self.post_event(
-                cm, "InvalidPolicy", f"refused, the last good policy stays: {error}", True
-            )
+            self.post_event(cm, "InvalidPolicy", f"refused, {self._in_force()}: {error}", True)
         else:
             self.post_event(cm, "PolicyAccepted", f"policy version {version} in force", False)
 
     def policy_event(self, body: Mapping[str, Any]) -> str:
-        """A new policy ConfigMap; returns "" when taken, else why it was refused."""
+        """A new policy ConfigMap; returns "" when taken, else why it was refused. A taken
+        one is saved as the last good policy (:mod:`cpn.adapters.lastgood`)."""
         try:
             policy = parse_policy_configmap(body)
         except PolicyError as err:
             self.policy_error = str(err)
             return self.policy_error
         self.policy_error = ""
+        self._use_policy(policy)
+        text = (body.get("data") or {}).get(CONFIGMAP_KEY, "")
+        self._last_good = (text, policy.version)
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.get_running_loop().create_task(self._save_last_good())
+        return ""
+
+    async def _save_last_good(self) -> None:
+        """Write the latest accepted policy to the last-good ConfigMap (the newest wins)."""
+        name = lastgood.last_good_name(self.config.policy_configmap)
+        saved = None
+        while self._last_good is not None and self._last_good != saved:
+            saved = self._last_good
+            try:
+                await self.call(lastgood.save, self.hub, self.config.namespace, name, *saved)
+            except Exception as err:
+                log.warning("last good policy not saved in %s: %s", name, error_line(err))
+                return
+            log.info("policy version %s saved as the last good one (%s)", saved[1], name)
+
+    async def _restore_last_good(self, live: Mapping[str, Any] | None) -> None:
+        """Start from the saved last good policy (the live one is broken or gone)."""
+        name = lastgood.last_good_name(self.config.policy_configmap)
+        why = "is refused" if live is not None else "is missing"
+        try:
+            saved = await self.call(lastgood.load, self.hub, self.config.namespace, name)
+            if saved is None:
+                raise LookupError(f"there is no {name}")
+            policy = parse_policy(saved.text, version=saved.version)
+        except Exception as err:
+            message = (
+                f"the policy ConfigMap {why} and no last good policy could be read "
+                f"({error_line(err)}): scheduling with the built-in defaults"
+            )
+            log.warning("%s", message)
+            if live is not None:
+                self.post_event(live, "PolicyDefaults", message, True)
+        else:
+            if self.policy_loaded.is_set():
+                return  # a valid live policy came first
+            self._use_policy(policy)
+            message = (
+                f"the policy ConfigMap {why}: the last good policy, version {saved.version} "
+                f"(accepted {saved.accepted_at}, kept in {name}), is in force"
+            )
+            log.warning("%s", message)
+            self.post_event(live or saved.body, "PolicyRestored", message, True)
+        finally:
+            self.policy_settled.set()
+
+    def _use_policy(self, policy: QueuePolicy) -> None:
         self.store.policy = policy
         log.info("policy %s in force (version %s)", policy.name, policy.version)
         self.policy_loaded.set()
+        self.policy_settled.set()
         for namespace in {r.namespace for r in self.store.records.values()}:
             user, group = self.owner_of(namespace)
             for record in [r for r in self.store.records.values() if r.namespace == namespace]:
@@ -375,7 +447,6 @@ class Runtime:
         for record in self.store.recheck_queues():
             self._event(record, "UnknownQueue", record.unknown_queue, warning=True)
         self.kick()
-        return ""
 
     async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A MemberCluster was added, changed or removed."""
@@ -607,7 +678,7 @@ class Runtime:
         if self._policy_informer is None:
             self.watch_policy()
         try:
-            await asyncio.wait_for(self.policy_loaded.wait(), timeout=15.0)
+            await asyncio.wait_for(self.policy_settled.wait(), timeout=15.0)
         except TimeoutError:
             log.warning(
                 "no valid policy ConfigMap %s/%s; scheduling with the defaults",

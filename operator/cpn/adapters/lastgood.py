@@ -1,0 +1,85 @@
+"""The last accepted policy, kept in a ConfigMap the operator owns.
+
+The live policy ConfigMap is the admins'; when they break it the operator keeps
+the last policy it accepted. So that this survives a restart, each accepted
+document is copied (as written, with the version it had) into
+``<policy ConfigMap>-last-good`` in the operator's namespace; an operator that
+starts while the live one is broken or gone starts from that copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cpn.api import constants as k
+from cpn.api.policy import CONFIGMAP_KEY
+
+ANNOTATION_VERSION = "cpn.io/policy-version"
+ANNOTATION_ACCEPTED = "cpn.io/accepted-at"
+
+
+def last_good_name(policy_configmap: str) -> str:
+    return f"{policy_configmap}-last-good"
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """The saved copy: the document, the version it had when accepted, and when."""
+
+    text: str
+    version: str
+    accepted_at: str
+    body: Mapping[str, Any]  # the ConfigMap, for Events about it
+
+
+def save(api: client.ApiClient, namespace: str, name: str, text: str, version: str) -> None:
+    """Write the copy (create it, or replace what is there). Blocking: call from a thread."""
+    core: Any = client.CoreV1Api(api)
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {k.LABEL_MANAGED: k.MANAGED_BY},
+            "annotations": {
+                ANNOTATION_VERSION: version,
+                ANNOTATION_ACCEPTED: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        },
+        "data": {CONFIGMAP_KEY: text},
+    }
+    try:
+        core.replace_namespaced_config_map(name, namespace, body, _request_timeout=10)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_config_map(namespace, body, _request_timeout=10)
+
+
+def load(api: client.ApiClient, namespace: str, name: str) -> Saved | None:
+    """The saved copy, or None when there is none. Blocking: call from a thread."""
+    core: Any = client.CoreV1Api(api)
+    try:
+        response = core.read_namespaced_config_map(name, namespace, _request_timeout=10)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    body = api.sanitize_for_serialization(response)
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    text = (body.get("data") or {}).get(CONFIGMAP_KEY)
+    if not isinstance(text, str):
+        return None
+    return Saved(
+        text=text,
+        version=str(annotations.get(ANNOTATION_VERSION, "")),
+        accepted_at=str(annotations.get(ANNOTATION_ACCEPTED, "")),
+        body={"apiVersion": "v1", "kind": "ConfigMap", **body},
+    )
