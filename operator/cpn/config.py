@@ -54,8 +54,9 @@ class OperatorConfig:
     wait, so the hub's API server stays free for users' own requests."""
     hub_write_burst: int = 100
     """Hub writes allowed at once above ``hub_write_qps`` after a quiet spell."""
-    leader_election: bool = False
-    """Run only while holding the Lease (for two replicas, one active)."""
+    leader_election: bool = True
+    """Run only while holding the Lease ``cpn-operator``: one active instance, whether two
+    replicas run or a local ``cpn run`` meets a deployed one (false: no election)."""
     lease_duration_s: float = 15.0
     dry_run: bool = False
     """Decide and log, but create no member Jobs."""

@@ -1,9 +1,11 @@
 """``cpn run``: the operator process (kopf, all handlers of :mod:`cpn.handlers`).
 
-With leader election on (``--leader-elect`` or ``CPN_LEADER_ELECTION=true``) the
-process first waits to hold a Lease in the operator's namespace, then runs;
-if it loses the Lease it exits at once, so that at most one replica ever
-schedules, and the Deployment restarts it as a standby.
+With leader election (on by default; ``--no-leader-elect`` or
+``CPN_LEADER_ELECTION=false`` turn it off) the process first waits to hold a
+Lease in the operator's namespace, then runs; if it loses the Lease it exits at
+once, so that at most one instance ever schedules (two replicas, or a local run
+next to a deployed one), and the Deployment restarts it as a standby. On SIGTERM
+it stops scheduling, then gives the Lease up so the next one starts at once.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--leader-elect",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="run only while holding the Lease (two replicas, one active)",
+        help="run only while holding the Lease cpn-operator, so one instance is active "
+        "(default: on, or $CPN_LEADER_ELECTION)",
     )
     args = parser.parse_args(list(argv))
     if args.namespace:

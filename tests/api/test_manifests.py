@@ -412,15 +412,20 @@ def test_probes_use_the_liveness_endpoint_cpn_run_is_given(base: list[dict[str, 
 def test_cpn_run_accepts_the_deployment_args(
     base: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`cpn run` parses the Deployment's args and hands kopf the liveness endpoint."""
+    """`cpn run` parses the Deployment's args, takes the Lease first (on by default), and
+    hands kopf the liveness endpoint."""
     import kopf
 
     from cpn import run
 
     calls: list[Mapping[str, Any]] = []
+    leads: list[str] = []
+    monkeypatch.delenv("CPN_LEADER_ELECTION", raising=False)
     monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append(kwargs))
     monkeypatch.setattr(kopf, "configure", lambda **kwargs: None)
+    monkeypatch.setattr(run, "_lead", lambda namespace, duration_s: leads.append(namespace))
     assert run.main(container(base)["args"]) == 0
+    assert leads == ["cpn-system"]
     assert calls[0].get("liveness_endpoint") == "http://0.0.0.0:8080/healthz"
 
 

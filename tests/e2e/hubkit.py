@@ -31,7 +31,7 @@ retry: {max_attempts: 2, backoff_s: 1}
 """
 
 #: Operator settings every e2e test uses unless it says otherwise (CPN_* variables).
-FAST = {"interval_s": 5, "debounce_s": 0.1}
+FAST = {"interval_s": 5, "debounce_s": 0.1, "lease_duration_s": 6}
 
 
 class Hub:
@@ -50,9 +50,10 @@ class Hub:
         self.core = client.CoreV1Api(self.api)
         self.proc = self.start()
 
-    def start(self) -> subprocess.Popen[bytes]:
-        """Start one more operator process with this hub's settings (appending to the log)."""
-        return start_operator(self.kubeconfig, self.log, args=self.args, **self.settings)
+    def start(self, log: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start one more operator process with this hub's settings (appending to the log,
+        or to ``log``)."""
+        return start_operator(self.kubeconfig, log or self.log, args=self.args, **self.settings)
 
     def restart(self) -> None:
         self.proc = self.start()

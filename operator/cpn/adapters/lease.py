@@ -118,6 +118,29 @@ class Lease:
             raise
         return True
 
+    def release(self) -> bool:
+        """Give the Lease up if we hold it (no holder: a standby takes it at its next poll
+        instead of waiting out a whole duration); True when released."""
+        lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=10)
+        if lease.spec.holder_identity != self.identity:
+            return False
+        body = {
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.metadata.resource_version,
+            },
+            "spec": {
+                "holderIdentity": None,
+                "leaseDurationSeconds": 1,
+                "renewTime": _stamp(_now()),
+                "acquireTime": None,
+                "leaseTransitions": lease.spec.lease_transitions or 0,
+            },
+        }
+        self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=10)
+        return True
+
 
 def acquire(lease: Lease, *, stop: threading.Event | None = None) -> bool:
     """Wait until this process holds the Lease (or ``stop`` is set)."""
@@ -188,6 +211,11 @@ class Renewer(threading.Thread):
             self._lost.set()
             self.on_lost()
 
+    def step_down(self) -> None:
+        """Stop leading at once (:func:`leading` answers False) and renew no more."""
+        self._lost.set()
+        self.stopped.set()
+
 
 _renewer: Renewer | None = None
 
@@ -196,6 +224,24 @@ def install(renewer: Renewer) -> None:
     """Make :func:`leading` answer from ``renewer`` (one per process)."""
     global _renewer
     _renewer = renewer
+
+
+def step_down() -> None:
+    """Shutting down: stop acting as the leader now (every cycle and dispatch asks)."""
+    if _renewer is not None:
+        _renewer.step_down()
+
+
+def release() -> None:
+    """After :func:`step_down` and once the loop has stopped: give the Lease up, so the
+    next instance starts at once. Best effort: otherwise it expires after its duration."""
+    if _renewer is None:
+        return
+    try:
+        if _renewer.lease.release():
+            log.info("lease %s released", _renewer.lease.name)
+    except Exception as err:
+        log.warning("lease %s not released (it expires instead): %s", _renewer.lease.name, err)
 
 
 def leading() -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from cpn.adapters import lease
 from cpn.adapters.kube import hub_client
 from cpn.config import load_config
 from cpn.runtime.engine import Runtime
@@ -54,6 +55,8 @@ async def _sweeper(runtime: Runtime) -> None:
 
 @kopf.on.cleanup()
 async def operator_stopping(memo: kopf.Memo, **_: Any) -> None:
+    """SIGTERM: stop acting as the leader first, stop the loop, then hand the Lease over."""
+    lease.step_down()
     runtime: Runtime | None = getattr(memo, "runtime", None)
     for name in ("loop_task", "sweep_task"):
         task = getattr(memo, name, None)
@@ -61,6 +64,7 @@ async def operator_stopping(memo: kopf.Memo, **_: Any) -> None:
             task.cancel()
     if runtime is not None:
         await runtime.stop()
+    await asyncio.to_thread(lease.release)
 
 
 @kopf.on.probe(id="cycles")
