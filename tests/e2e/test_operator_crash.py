@@ -63,9 +63,18 @@ def test_sigkill_while_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) 
                 every_s=2.0,  # each poll lists every AIJob: keep the hub for the operator
             )
             print(f"kill {n + 1} after {kill_after} of {JOBS} AIJobs Succeeded", flush=True)
+            led = hub.log.read_text(errors="replace").count("leader: holding lease")
             kill(hub)
             hub.restart()
-            if n == 1:  # once more while it lists, adopts and dispatches after the restart
+            if n == 1:  # once more while it lists, adopts and dispatches after the restart:
+                # once it holds the Lease (the killed one's expires first), then at random
+                wait_until(
+                    lambda led=led: (
+                        hub.log.read_text(errors="replace").count("leader: holding lease") > led
+                    ),
+                    timeout_s=60,
+                    what="the restarted operator leads",
+                )
                 time.sleep(rng.uniform(1.0, 4.0))  # a random point in time, not a condition
                 kill(hub)
                 hub.restart()
