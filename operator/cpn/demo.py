@@ -35,6 +35,20 @@ from cpn.api.status import human_duration
 from cpn.devbed import bootstrap_testbed, start_operator, stop_process
 from cpn.queueview import render_table, rows_from
 
+def demo_policy() -> str:
+    """The shipped default policy, except that team-nlp's urgent jobs (priority 1) count:
+    the default counts every ``spec.priority`` above 0 as 0 unless an admin grants it."""
+    from cpn.devbed import DEFAULT_POLICY
+
+    policy = DEFAULT_POLICY.read_text().replace(
+        "  groups: {}                      # no quotas",
+        "  groups: {nlp: {max_priority: 1}}  # team-nlp may rank its urgent jobs higher",
+    )
+    if "nlp: {max_priority: 1}" not in policy:
+        raise RuntimeError("examples/policies/default.yaml no longer has 'groups: {}'")
+    return policy
+
+
 TEAMS = {
     "team-vision": ("alice", "vision"),
     "team-nlp": ("bob", "nlp"),
@@ -273,7 +287,7 @@ def main(argv: Sequence[str]) -> int:
     hub = tb.kubeconfig("hub")
     kubectl = tb.kubectl
     print("== hub: CRDs, policy, MemberClusters")
-    bootstrap_testbed(tb)
+    bootstrap_testbed(tb, policy_yaml=demo_policy())
     for namespace, (user, group) in TEAMS.items():
         _kubectl(kubectl, hub, "create", "namespace", namespace)
         _kubectl(

@@ -79,3 +79,16 @@ def test_next_steps_name_the_commands_the_issue_lists() -> None:
     assert "member-a http://127.0.0.1:98/member-a" in text and "grafana-dashboard.json" in text
     assert "make testbed-down" in text
     assert (ROOT / "manifests" / "grafana-dashboard.json").exists()
+
+
+def test_demo_policy_lets_only_team_nlp_raise_its_priority():
+    """The demo's policy is the shipped default plus one grant: team-nlp's priority-1 jobs
+    count as 1; every other group stays bounded at 0."""
+    from cpn.api.policy import parse_policy
+    from cpn.core.queue import effective_priority
+    from cpn.demo import demo_policy
+    from tests.builders import job
+
+    policy = parse_policy(demo_policy())
+    assert effective_priority(job("a", group="nlp", priority=1), policy) == 1
+    assert effective_priority(job("b", group="vision", priority=1), policy) == 0
