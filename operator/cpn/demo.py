@@ -32,14 +32,13 @@ import yaml
 
 from cpn.api.aijob import parse_time
 from cpn.api.status import human_duration
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process
+from cpn.devbed import DEFAULT_POLICY, bootstrap_testbed, start_operator, stop_process
 from cpn.queueview import render_table, rows_from
+
 
 def demo_policy() -> str:
     """The shipped default policy, except that team-nlp's urgent jobs (priority 1) count:
     the default counts every ``spec.priority`` above 0 as 0 unless an admin grants it."""
-    from cpn.devbed import DEFAULT_POLICY
-
     policy = DEFAULT_POLICY.read_text().replace(
         "  groups: {}                      # no quotas",
         "  groups: {nlp: {max_priority: 1}}  # team-nlp may rank its urgent jobs higher",
