@@ -494,3 +494,42 @@ def test_preemption_needs_a_job_shorter_by_the_policy_factor(
     plan = plan_cycle(snap)
     want = [("veteran", "fresh")] if preempted else []
     assert [(p.job_key, p.for_key) for p in plan.preemptions] == want
+
+
+@pytest.mark.parametrize(("min_gpus", "preempted"), [(16, False), (32, True)])
+def test_a_victim_that_would_reserve_its_room_back_is_not_preempted(min_gpus: int, preempted: bool):
+    """A checkpointing job of at least reservation.min_gpus would take a reservation once
+    requeued and claim its room straight back: preempting it frees nothing for anyone."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 2, gpus=8, free=[0, 0]))
+    big = job("big", gpus=8, workers=2, runtime_s=40_000.0, checkpoint=True)
+    r = running(big, "m", A100, ("m-0", "m-1"), start_s=0, end_s=40_000)
+    policy = QueuePolicy(
+        name="p",
+        preemption=Preemption(enabled=True, min_run_s=0),
+        reservation=Reservation(min_gpus=min_gpus),
+    )
+    snap = snapshot(
+        jobs=[job("short", gpus=8, workers=2, runtime_s=600.0, submitted_s=1000)],
+        clusters=[c],
+        running_jobs=[r],
+        now_s=1000,
+        policy=policy,
+    )
+    want = [("big", "short")] if preempted else []
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
+
+
+def test_a_preempted_jobs_running_time_is_not_waiting():
+    """aging.max_wait_s counts waiting only: a job submitted 10 h ago that ran 9 h of it
+    has waited 1 h and takes no long-wait reservation (6 h) yet."""
+    from cpn.core.cycle import _Cycle
+
+    policy = QueuePolicy(name="p", aging=Aging(max_wait_s=6 * 3600))
+    ran = job("ran", gpus=4, attained_gpu_s=4 * 9 * 3600.0)
+    fresh = job("waited", gpus=4)
+    snap = snapshot(jobs=[ran, fresh], clusters=[], now_s=10 * 3600, policy=policy)
+    cycle = _Cycle(snap)
+    assert cycle._waited(ran) == pytest.approx(3600)
+    assert not cycle._reserves(ran) and cycle._reserves(fresh)

@@ -393,7 +393,7 @@ class _Cycle:
         res_policy = self.policy.reservation
         if not res_policy.enabled or len(self.reserved) >= res_policy.max_reservations:
             return None
-        waited = self.now - job.submit_s
+        waited = self._waited(job)
         max_wait = self.policy.aging.max_wait_s
         if (
             job.gpus < res_policy.min_gpus
@@ -522,7 +522,7 @@ class _Cycle:
             item
             for item in ranked
             if item.job.gpus >= res_policy.min_gpus
-            or (max_wait is not None and self.now - item.job.submit_s >= max_wait)
+            or (max_wait is not None and self._waited(item.job) >= max_wait)
             or self._draining(item.job)
         ]
         # Draining jobs first, oldest first; then big jobs (they cannot backfill; small
@@ -552,12 +552,30 @@ class _Cycle:
                 continue
             self._reserve(job, job_cands)
 
+    def _waited(self, job: Job) -> float:
+        """Time ``job`` has spent waiting: since it was submitted, less what it ran before
+        (a preempted job's running time is not waiting; nor is a running job's)."""
+        ran = job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
+        return self.now - job.submit_s - ran
+
+    def _reserves(self, job: Job) -> bool:
+        """True if ``job``, when blocked, takes a reservation (see :meth:`_reserve_ahead`)."""
+        res_policy = self.policy.reservation
+        if not res_policy.enabled:
+            return False
+        max_wait = self.policy.aging.max_wait_s
+        return (
+            job.gpus >= res_policy.min_gpus
+            or (max_wait is not None and self._waited(job) >= max_wait)
+            or self._draining(job)
+        )
+
     def _draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
         times the mean wait of the pending jobs (the starvation guard)."""
         res_policy = self.policy.reservation
         after = res_policy.drain_after_s
-        waited = self.now - job.submit_s
+        waited = self._waited(job)
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
@@ -567,7 +585,7 @@ class _Cycle:
         pending = self.snapshot.pending
         if not pending:
             return 0.0
-        return sum(max(0.0, self.now - j.submit_s) for j in pending) / len(pending)
+        return sum(max(0.0, self._waited(j)) for j in pending) / len(pending)
 
     def _reservation_of(self, key: str) -> Reserved | None:
         return next((r for r in self.reserved if r.job_key == key), None)
@@ -715,15 +733,23 @@ class _Cycle:
             r.job.key: preemption_cost_gpu_s(r, now, rules) if priced else 0.0
             for r in self.snapshot.running
         }
+        # A victim that would hold a reservation once requeued (big, long-waiting or
+        # draining) would claim its room straight back: never preempted.
         movable = {
             r.job.key
-            for r in self.snapshot.running
-            if r.job.checkpoint and now - r.start_s >= rules.min_run_s
+            for r, served in zip(self.snapshot.running, running_jobs, strict=True)
+            if r.job.checkpoint
+            and now - r.start_s >= rules.min_run_s
+            and not self._reserves(served)
         }
         victims_taken: set[str] = set()
         out: list[Preempt] = []
         by_key = {r.job.key: r for r in self.snapshot.running}
+        above: list[Ranked] = []  # blocked jobs ranked above, no preemption made for them
         for item in blocked:
+            if self.quota.exceeds(item.job) or item.job.key in self.milp_held:
+                continue  # it would not start on freed room either: a preemption for nothing
+            above.append(item)
             mine = rank_of[item.job.key]
             pool = sorted(
                 (
@@ -741,19 +767,32 @@ class _Cycle:
                 key=lambda r: (rank_of[r.job.key], r.job.key),
                 reverse=True,
             )
+            cands = {c.key: c for c in self._cands_of(item.job)}
             for key in sorted({(r.cluster, r.gpu_type) for r in pool}):
-                if not item.job.allows(key[1]):
+                if key not in cands or self.quota.exceeds(item.job, key[1]):
                     continue
+                # Where another job holds a reservation, freed room goes to that job in the
+                # next cycle (a reservation due now moves to room free now): no preemption.
+                if any(r.key == key and r.job_key != item.job.key for r in self.reserved):
+                    continue
+                held = self._excluded(item.job, cands[key])
                 chosen: list[str] = []
                 for victim in (r for r in pool if (r.cluster, r.gpu_type) == key):
+                    if held.intersection(victim.nodes):
+                        continue
                     self.capacity.release(victim.cluster, victim.nodes, victim.job)
                     chosen.append(victim.job.key)
-                    if self.capacity.fit(item.job, key) is not None:
+                    if self.capacity.fit(item.job, key, held) is not None:
                         break
-                if chosen and self.capacity.fit(item.job, key) is not None:
-                    nodes = self.capacity.fit(item.job, key)
+                if (
+                    chosen
+                    and self.capacity.fit(item.job, key, held) is not None
+                    and not self._taken_from_above(above[:-1], key)
+                ):
+                    nodes = self.capacity.fit(item.job, key, held)
                     assert nodes is not None
                     self.capacity.take(item.job, key, nodes)
+                    above.pop()
                     for victim_key in chosen:
                         victims_taken.add(victim_key)
                         out.append(
@@ -768,3 +807,15 @@ class _Cycle:
                     victim = by_key[victim_key]
                     self.capacity.take(victim.job, (victim.cluster, victim.gpu_type), victim.nodes)
         return tuple(out)
+
+    def _taken_from_above(self, above: Sequence[Ranked], key: GroupKey) -> bool:
+        """True if a blocked job ranked above would take room freed in ``key`` first: the
+        next cycle gives it the room, so a preemption made for a lower job would serve a
+        job that could not justify it (and be repeated, cycle after cycle)."""
+        for item in above:
+            cand = next((c for c in self._cands_of(item.job) if c.key == key), None)
+            if cand is not None and self.capacity.fit(
+                item.job, key, self._excluded(item.job, cand)
+            ):
+                return True
+        return False

@@ -161,11 +161,11 @@ class Preemption:
     outlive them would otherwise swap places over and over, each swap wasting a restart.
     """
 
-    enabled: bool = False
+    enabled: bool = True
     min_priority_gap: int = 1
     restart_cost_s: float = 60.0
     checkpoint_interval_s: float = 1800.0
-    min_run_s: float = 0.0
+    min_run_s: float = 600.0
     shorter_by: float = 2.0
 
 

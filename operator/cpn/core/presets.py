@@ -20,23 +20,27 @@ from dataclasses import replace
 from cpn.core.policy import Placement, Preemption, QueuePolicy, Reservation
 
 _NO_RESERVATION = Reservation(enabled=False)
+_NO_PREEMPTION = Preemption(enabled=False)  # the baselines never preempt (las does)
 
 PRESETS: dict[str, QueuePolicy] = {
     "default": QueuePolicy(name="default"),
     "fifo": QueuePolicy(
         name="fifo",
+        preemption=_NO_PREEMPTION,
         ordering="fifo",
         reservation=_NO_RESERVATION,
         placement=Placement(method="first-fit"),
     ),
     "sjf": QueuePolicy(
         name="sjf",
+        preemption=_NO_PREEMPTION,
         ordering="sjf",
         reservation=_NO_RESERVATION,
         placement=Placement(method="first-fit"),
     ),
     "oracle": QueuePolicy(
         name="oracle",
+        preemption=_NO_PREEMPTION,
         ordering="oracle",
         reservation=_NO_RESERVATION,
         placement=Placement(method="first-fit"),
@@ -50,6 +54,7 @@ PRESETS: dict[str, QueuePolicy] = {
     ),
     "gavel": QueuePolicy(
         name="gavel",
+        preemption=_NO_PREEMPTION,
         ordering="gavel",
         reservation=_NO_RESERVATION,
         placement=Placement(method="fastest"),

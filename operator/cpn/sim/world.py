@@ -579,8 +579,10 @@ class World:
 
     def _may_start(self) -> bool:
         """False when no valid plan could start or preempt anything now."""
-        if not self.skip_full_cycles or self.policy.preemption.enabled:
+        if not self.skip_full_cycles:
             return True
+        if self.policy.preemption.enabled and any(r.job.checkpoint for r in self._running.values()):
+            return True  # a preemption may be possible
         smallest = min(self._needs)
         for state in self._nodes.values():
             if state.free_gpus + _EPS >= smallest and state.base.schedulable:
