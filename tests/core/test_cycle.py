@@ -533,3 +533,19 @@ def test_a_preempted_jobs_running_time_is_not_waiting():
     cycle = _Cycle(snap)
     assert cycle._waited(ran) == pytest.approx(3600)
     assert not cycle._reserves(ran) and cycle._reserves(fresh)
+
+
+def test_a_higher_priority_job_preempts_whatever_its_runtime():
+    """shorter_by compares runtimes only between jobs of one priority: a higher-priority
+    job preempts on rank and price alone, even when it is expected to run as long."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    veteran = job("veteran", gpus=4, runtime_s=40_000.0, checkpoint=True)
+    r = running(veteran, "m", A100, ("m-0",), start_s=0, end_s=40_000)
+    urgent = job("urgent", gpus=4, runtime_s=40_000.0, submitted_s=1000, priority=5)
+    policy = QueuePolicy(
+        name="p", preemption=Preemption(enabled=True), quotas=Quotas(max_priority=None)
+    )
+    snap = snapshot(jobs=[urgent], clusters=[c], running_jobs=[r], now_s=1000, policy=policy)
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == [("veteran", "urgent")]

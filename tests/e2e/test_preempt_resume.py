@@ -28,7 +28,8 @@ RESTART_S, INTERVAL_S, WORK_S = 6, 10, 60
 POLICY = f"""
 retry: {{max_attempts: 2, backoff_s: 1}}
 reservation: {{enabled: false}}
-preemption: {{enabled: true, restart_cost_s: {RESTART_S}}}
+quotas: {{max_priority: null}}
+preemption: {{enabled: true, restart_cost_s: {RESTART_S}, min_run_s: 0}}
 """
 COLD_S = 24 * 3600.0  # the predictor's estimate when nothing is known
 V100 = "V100-32GB"

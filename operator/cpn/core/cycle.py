@@ -51,7 +51,7 @@ from cpn.core.model import (
 from cpn.core.placement import Candidate, Choice, solve_window
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import preemption_cost_gpu_s
-from cpn.core.queue import Ranked, order_jobs, runtime_for_order
+from cpn.core.queue import Ranked, effective_priority, order_jobs, runtime_for_order
 from cpn.core.quota import QuotaLedger
 from cpn.core.transfer import transfer_s
 
@@ -724,6 +724,7 @@ class _Cycle:
         rank_of = {r.job.key: (r.level, -r.score) for r in combined}
         types = self.capacity.gpu_types()
         remaining = {r.job.key: runtime_for_order(r.job, types) for r in combined}
+        prio = {r.job.key: effective_priority(r.job, self.policy) for r in combined}
         rules = self.policy.preemption
         gap = rules.min_priority_gap
         # Under the formula, scores are GPU-seconds: a victim must rank below by more
@@ -761,6 +762,8 @@ class _Cycle:
                     and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
                     and (
                         not priced
+                        or rank_of[r.job.key][0] > mine[0]  # a lower level: rank decides
+                        or prio[r.job.key] < prio[item.job.key]  # lower priority: rank decides
                         or remaining[r.job.key] >= rules.shorter_by * remaining[item.job.key]
                     )
                 ),

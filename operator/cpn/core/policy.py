@@ -155,7 +155,7 @@ class Preemption:
     happens only when the waiting job ranks above the victim by more than the GPU-seconds
     it wastes (``min_priority_gap`` on top, in score units), and never to a job that ran
     less than ``min_run_s`` in its current attempt, and (under the ``cpn`` ordering, which
-    ranks by predicted runtime) only for a job whose expected
+    ranks by predicted runtime) among jobs of one level and priority only for a job whose expected
     remaining runtime is at most ``1 / shorter_by`` of the victim's (the doubling
     thresholds of discretised LAS): two long jobs whose estimates keep growing as they
     outlive them would otherwise swap places over and over, each swap wasting a restart.
