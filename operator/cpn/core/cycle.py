@@ -393,13 +393,7 @@ class _Cycle:
         res_policy = self.policy.reservation
         if not res_policy.enabled or len(self.reserved) >= res_policy.max_reservations:
             return None
-        waited = self._waited(job)
-        max_wait = self.policy.aging.max_wait_s
-        if (
-            job.gpus < res_policy.min_gpus
-            and (max_wait is None or waited < max_wait)
-            and not self._draining(job)
-        ):
+        if not self._reserves(job):
             return None
         best: tuple[bool, float, bool, str, str, Reserved] | None = None
         for cand in cands:
@@ -517,14 +511,7 @@ class _Cycle:
         res_policy = self.policy.reservation
         if not res_policy.enabled or res_policy.max_reservations <= 0:
             return
-        max_wait = self.policy.aging.max_wait_s
-        worthy = [
-            item
-            for item in ranked
-            if item.job.gpus >= res_policy.min_gpus
-            or (max_wait is not None and self._waited(item.job) >= max_wait)
-            or self._draining(item.job)
-        ]
+        worthy = [item for item in ranked if self._reserves(item.job)]
         # Draining jobs first, oldest first; then big jobs (they cannot backfill; small
         # ones soon find room), then by age.
         worthy.sort(
@@ -559,7 +546,8 @@ class _Cycle:
         return self.now - job.submit_s - ran
 
     def _reserves(self, job: Job) -> bool:
-        """True if ``job``, when blocked, takes a reservation (see :meth:`_reserve_ahead`)."""
+        """True if ``job``, when blocked, may hold a reservation: it is big, has waited
+        ``aging.max_wait_s`` or drains (:meth:`_reserve_ahead`, :meth:`_reserve`)."""
         res_policy = self.policy.reservation
         if not res_policy.enabled:
             return False
@@ -718,11 +706,9 @@ class _Cycle:
             replace(r.job, attained_gpu_s=r.job.attained_gpu_s + r.job.gpus * (now - r.start_s))
             for r in self.snapshot.running
         ]
-        combined = order_jobs(
-            [*running_jobs, *(r.job for r in blocked)], self.snapshot, self.capacity.gpu_types()
-        )
-        rank_of = {r.job.key: (r.level, -r.score) for r in combined}
         types = self.capacity.gpu_types()
+        combined = order_jobs([*running_jobs, *(r.job for r in blocked)], self.snapshot, types)
+        rank_of = {r.job.key: (r.level, -r.score) for r in combined}
         remaining = {r.job.key: runtime_for_order(r.job, types) for r in combined}
         prio = {r.job.key: effective_priority(r.job, self.policy) for r in combined}
         rules = self.policy.preemption

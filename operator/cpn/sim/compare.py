@@ -99,12 +99,14 @@ def _h(seconds: float) -> str:
 def markdown(results: dict[str, dict[float, dict[str, Any]]], policies: Sequence[str]) -> str:
     """README-ready tables, one per checkpointable share: per trace and policy the average
     JCT, p99 and longest wait (hours), preemptions and GPU-hours they lost; then the checks."""
+    from cpn.core.presets import preset_policy
+
     shares = sorted({share for entry in results.values() for share in entry})
     out: list[str] = []
     for share in shares:
         head = ["trace", "jobs"]
         head += [f"{p}: avg JCT / p99 wait / max wait (h)" for p in policies]
-        preempting = [p for p in policies if p not in TRUE_RUNTIMES and p != "sjf"]
+        preempting = [p for p in policies if preset_policy(p).preemption.enabled]
         head += [f"{p}: preemptions / GPU-h lost" for p in preempting]
         head += ["recovered", "max wait ≤ fifo", "all finished"]
         if len(shares) > 1 or share:
