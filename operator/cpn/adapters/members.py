@@ -22,6 +22,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from cpn.adapters.kube import Informer
 from cpn.api import constants as k
+from cpn.core.capacity import Usage
 from cpn.core.model import Cluster, Node
 from predictor.catalog import UnknownName, canonical_gpu
 
@@ -41,15 +42,6 @@ def _qty(value: Any, scale: float = 1.0) -> float:
         return float(parse_quantity(value)) / scale
     except (ValueError, TypeError):
         return 0.0
-
-
-@dataclass(slots=True)
-class Usage:
-    """Resources one or more pods take on a node."""
-
-    gpus: float = 0.0
-    cpu: float = 0.0
-    memory_gib: float = 0.0
 
 
 def pod_usage(pod: Mapping[str, Any]) -> Usage:

@@ -39,6 +39,15 @@ class Slot:
     releases: list[tuple[float, float, float, float]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Usage:
+    """Resources one or more pods or workers take on a node (a running sum)."""
+
+    gpus: float = 0.0
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+
+
 def worker_gpus(job: Job) -> float:
     """GPUs one worker asks: a fraction when shared, else whole GPUs."""
     if job.gpus_per_worker <= 0:

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cpn.adapters.members import Usage
 from cpn.api import constants as k
 from cpn.api.aijob import job_key, parse_aijob, parse_time
 from cpn.api.status import rfc3339
-from cpn.core.capacity import worker_gpus
+from cpn.core.capacity import Usage, worker_gpus
 from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
