@@ -14,11 +14,11 @@ import random
 import time
 from types import MappingProxyType
 
+from cpn.api.predictions import PredictorEstimator
 from cpn.core.model import Job
 from predictor.catalog import BenchmarkTable, gpu_types, model_names
 from predictor.history import History, HistoryRecord, measurements_from_history
 from predictor.model import Measurement, Query, ThroughputModel, measurements_from_table
-from predictor.online import PredictorEstimator
 
 
 def _queries(n: int, rng: random.Random) -> list[Query]:

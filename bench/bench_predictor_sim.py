@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
+from cpn.api.predictions import PredictorEstimator  # noqa: E402
 from cpn.core.model import Estimate, Job  # noqa: E402
 from cpn.core.presets import preset_policy  # noqa: E402
 from cpn.sim import report  # noqa: E402
@@ -52,7 +53,6 @@ from cpn.sim.speed import TrueRuntime  # noqa: E402
 from cpn.sim.trace import TraceJob, read_trace  # noqa: E402
 from cpn.sim.world import World, truth_for  # noqa: E402
 from predictor.catalog import BenchmarkTable, canonical_model  # noqa: E402
-from predictor.online import PredictorEstimator  # noqa: E402
 
 DATA = ROOT / "operator" / "cpn" / "sim" / "data"
 DEFAULT_TRACE = DATA / "philly" / "ee9e8c.csv"

@@ -2,7 +2,7 @@
 
 Two steps, both pure (no I/O, no clock, no global state):
 
-1. :func:`describe_job` reads what a :class:`cpn.core.model.Job` says about its work:
+1. :func:`describe_job` reads what a job (a :class:`~predictor.jobs.JobLike`) says about its work:
    the model, batch size, GPU count, and how many samples it will process
    (``dataset_samples x epochs``, else ``steps x batch_size``: a step is one batch of
    one worker, Gavel's convention, where a multi-GPU job's steps add up its workers').
@@ -119,7 +119,7 @@ def _get(features: Mapping[str, float], name: str) -> float | None:
 
 
 def describe_job(job: Any) -> JobWork:
-    """The work of ``job`` (a :class:`cpn.core.model.Job` or anything with its fields)."""
+    """The work of ``job`` (a :class:`~predictor.jobs.JobLike` or anything with its fields)."""
     raw_model = str(getattr(job, "model", "") or "")
     try:
         model, known = canonical_model(raw_model), True

@@ -1,8 +1,10 @@
-"""The predictor as cpn's Estimator: benchmark prior, learned model, online corrections.
+"""The online predictor: benchmark prior, learned model, online corrections.
 
-``PredictorEstimator.estimate(job, gpu_types)`` predicts the runtime of ``job`` on each
-GPU type; ``observe(job, gpu_type, actual_s)`` records a finished job. Layers, cheapest
-first, all answered from memory (the scheduling path never trains and never waits):
+``OnlinePredictor.predict(job, gpu_types)`` predicts the runtime of ``job`` (any
+:class:`~predictor.jobs.JobLike`) on each GPU type as a :class:`~predictor.jobs.Prediction`;
+``observe(job, gpu_type, actual_s)`` records a finished job. cpn uses it as its
+``Estimator`` through :mod:`cpn.api.predictions`. Layers, cheapest first, all answered
+from memory (the scheduling path never trains and never waits):
 
 1. **Throughput** of (model, GPU type, batch size, GPUs) from the
    :class:`~predictor.model.ThroughputModel`: the measurement when that pair was
@@ -29,7 +31,7 @@ are normalised to ``reference_gpu`` by the throughput ratio. Before any job fini
 the user's estimate, then ``default_s``.
 
 A model with no benchmark and no observation is **unseen**: its runtime is the high
-(90th percentile) estimate, its ``high_s`` higher still, and ``Estimate.unseen`` is set
+(90th percentile) estimate, its ``high_s`` higher still, and ``Prediction.unseen`` is set
 so that the policy can run it alone first.
 """
 
@@ -48,11 +50,11 @@ from typing import Any
 
 import numpy as np
 
-from cpn.core.model import Estimate, Job
 from predictor import model as model_mod
 from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
+from predictor.jobs import JobFacts, JobLike, Prediction
 from predictor.model import Measurement, Query, ThroughputModel, measurements_from_table
 from predictor.runtimes import RuntimeHistory
 
@@ -107,8 +109,8 @@ class _Obs:
     samples_per_s: float
 
 
-class PredictorEstimator:
-    """cpn's :class:`~cpn.core.estimator.Estimator` backed by the learned predictor."""
+class OnlinePredictor:
+    """The learned predictor with online corrections, for any user's jobs."""
 
     source = "predictor"
 
@@ -237,18 +239,18 @@ class PredictorEstimator:
     def _unseen(self, work: JobWork) -> bool:
         return work.model not in self._bench_models and work.model not in self._seen_models
 
-    # ------------------------------------------------------------------ Estimator
+    # ------------------------------------------------------------------ predictions
 
-    def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
-        """Predicted runtime of ``job`` on each of ``gpu_types`` (an ``Estimate``)."""
+    def predict(self, job: JobLike, gpu_types: Sequence[str]) -> Prediction:
+        """Predicted runtime of ``job`` on each of ``gpu_types``; never raises."""
         try:
-            return self._estimate(job, gpu_types)
+            return self._predict(job, gpu_types)
         except Exception as exc:  # never raise into the scheduler
             log.warning("predictor: estimate of %s failed (%s)", getattr(job, "key", "?"), exc)
             flat = {g: self.default_s for g in gpu_types}
-            return _make_estimate(flat, flat, unseen=True, source="predictor-error")
+            return _prediction(flat, flat, unseen=True, source="predictor-error")
 
-    def _estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
+    def _predict(self, job: JobLike, gpu_types: Sequence[str]) -> Prediction:
         work = describe_job(job)
         unseen = self._unseen(work)
         amount = work.work_samples
@@ -280,7 +282,7 @@ class PredictorEstimator:
                 runtime[name] = max(runtime.values(), default=self.default_s)
                 high[name] = max(high.values(), default=self.default_s)
         source = "predictor-unseen" if unseen else "predictor"
-        return _make_estimate(runtime, high, unseen=unseen, source=source)
+        return _prediction(runtime, high, unseen=unseen, source=source)
 
     def _ratio(self, work: JobWork, src: str, dst: str) -> float:
         """Speed-up of ``dst`` over ``src`` for this job, from the model's throughputs."""
@@ -293,8 +295,8 @@ class PredictorEstimator:
         return b / a
 
     def _from_runtimes(
-        self, job: Job, work: JobWork, gpu_types: Sequence[str], unseen: bool
-    ) -> Estimate:
+        self, job: JobLike, work: JobWork, gpu_types: Sequence[str], unseen: bool
+    ) -> Prediction:
         with self._lock:
             law = self.runtimes.law(work.model, work.user, work.group, work.gpus)
             if law is not None:
@@ -313,25 +315,25 @@ class PredictorEstimator:
                 ratio = self._ratio(work, self.reference_gpu, _gpu(name))
                 runtime[name] = median / ratio
                 highs[name] = high / ratio
-        return _make_estimate(runtime, highs, unseen=unseen, source=source)
+        return _prediction(runtime, highs, unseen=unseen, source=source)
 
-    def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
+    def observe(self, job: JobLike, gpu_type: str, actual_s: float) -> None:
         """Record that ``job`` ran ``actual_s`` seconds on ``gpu_type``; never raises."""
         self._learn(job, gpu_type, actual_s, keep=True)
 
-    def recall(self, job: Job, gpu_type: str, actual_s: float) -> None:
+    def recall(self, job: JobLike, gpu_type: str, actual_s: float) -> None:
         """Learn from a job that finished before this process started (the operator reads
         finished AIJobs back at start-up) as :meth:`observe` does, without adding it to
         the history file again; never raises."""
         self._learn(job, gpu_type, actual_s, keep=False)
 
-    def _learn(self, job: Job, gpu_type: str, actual_s: float, *, keep: bool) -> None:
+    def _learn(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool) -> None:
         try:
             self._observe(job, gpu_type, actual_s, keep=keep)
         except Exception as exc:
             log.warning("predictor: learning from %s failed (%s)", getattr(job, "key", "?"), exc)
 
-    def _observe(self, job: Job, gpu_type: str, actual_s: float, *, keep: bool = True) -> None:
+    def _observe(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool = True) -> None:
         if not (actual_s > 0 and math.isfinite(actual_s)):
             return
         work = describe_job(job)
@@ -519,10 +521,10 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _make_estimate(
+def _prediction(
     runtime: Mapping[str, float], high: Mapping[str, float], *, unseen: bool, source: str
-) -> Estimate:
-    return Estimate(
+) -> Prediction:
+    return Prediction(
         runtime_s=MappingProxyType(dict(runtime)),
         high_s=MappingProxyType(dict(high)),
         unseen=unseen,
@@ -555,7 +557,7 @@ def evaluate_with_observations(
         extra_models=table.extra_models,
         extra_gpus=table.extra_gpus,
     )
-    est = PredictorEstimator(table=rest, retrain="off", family=family, seed=seed)
+    est = OnlinePredictor(table=rest, retrain="off", family=family, seed=seed)
     by_model: dict[str, list[BenchmarkRow]] = defaultdict(list)
     for r in held:
         by_model[r.model].append(r)
@@ -572,7 +574,7 @@ def evaluate_with_observations(
     for r in held:
         if id(r) in observed:
             continue
-        predicted_s = est.estimate(_bench_job(r), [holdout_gpu]).runtime_s[holdout_gpu]
+        predicted_s = est.predict(_bench_job(r), [holdout_gpu]).runtime_s[holdout_gpu]
         if est._unseen(describe_job(_bench_job(r))):  # compare medians, not the high guess
             continue
         predicted = 1e6 / predicted_s
@@ -586,11 +588,10 @@ def evaluate_with_observations(
     }
 
 
-def _bench_job(row: Any) -> Job:
+def _bench_job(row: Any) -> JobFacts:
     """A job of 10^6 samples shaped like a benchmark row."""
-    return Job(
+    return JobFacts(
         key=f"{row.model}/{row.batch_size}/{row.gpus}",
-        submit_s=0.0,
         gpus_per_worker=row.gpus,
         model=row.model,
         features=MappingProxyType(

@@ -78,8 +78,8 @@ FINISHED = {"Succeeded", "Failed", "Invalid"}
 
 def demo_jobs(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     """(namespace, AIJob manifest) pairs whose simulated durations follow the benchmarks."""
+    from cpn.api.predictions import PredictorEstimator
     from cpn.core.model import Job, frozen_map
-    from predictor.online import PredictorEstimator
 
     estimator = PredictorEstimator(retrain="off")
     rng = random.Random(seed)

@@ -1,4 +1,8 @@
-"""PredictorEstimator: estimates per GPU type, unseen models, online learning, history."""
+"""PredictorEstimator: estimates per GPU type, unseen models, online learning, history.
+
+cpn's ``PredictorEstimator`` is the predictor's own ``OnlinePredictor`` answering with
+core ``Estimate`` values; the last tests pin that the two say the same.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,12 @@ from types import MappingProxyType
 
 import pytest
 
-from cpn.core.model import Job
+from cpn.api.predictions import PredictorEstimator
+from cpn.core.model import Estimate, Job
 from predictor.catalog import BenchmarkTable
 from predictor.history import History, HistoryRecord, measurements_from_history
-from predictor.online import PredictorEstimator
+from predictor.jobs import JobFacts, Prediction
+from predictor.online import OnlinePredictor
 
 GPUS = ("K80", "P100", "V100-16GB", "A100-40GB")
 
@@ -186,3 +192,29 @@ def test_estimates_are_fast_enough_for_a_trace():
         est.estimate(job, GPUS)
         est.observe(job, GPUS[i % len(GPUS)], 100.0 + i)
     assert time.perf_counter() - start < 30.0
+
+
+def test_predictor_alone_answers_what_cpn_estimates(shared):
+    """The predictor with its own JobFacts predicts what cpn's estimator estimates for a Job."""
+    features = {"batch_size": 32.0, "dataset_samples": 50_000.0, "epochs": 2.0}
+    facts = JobFacts(key="f", model="ResNet-18", user="ann", features=MappingProxyType(features))
+    job = _job("f", "ResNet-18", user="ann", **features)
+    alone = OnlinePredictor(retrain="off").predict(facts, GPUS)
+    estimate = shared.estimate(job, GPUS)
+    assert isinstance(alone, Prediction) and isinstance(estimate, Estimate)
+    assert dict(estimate.runtime_s) == dict(alone.runtime_s)
+    assert dict(estimate.high_s) == dict(alone.high_s)
+    assert (
+        (estimate.unseen, estimate.source) == (alone.unseen, alone.source) == (False, "predictor")
+    )
+
+
+def test_a_failing_prediction_becomes_a_flagged_default_estimate():
+    """A prediction that raises inside still gives cpn a default Estimate, marked as an error."""
+    est = PredictorEstimator(retrain="off", default_s=777.0)
+    broken = _job("b", "resnet50", batch_size=64, steps=10)
+    est.model = None  # any use of the model now raises
+    answer = est.estimate(broken, ["T4", "K80"])
+    assert isinstance(answer, Estimate)
+    assert dict(answer.runtime_s) == {"T4": 777.0, "K80": 777.0}
+    assert answer.unseen and answer.source == "predictor-error"

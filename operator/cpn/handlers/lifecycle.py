@@ -16,7 +16,7 @@ from cpn.runtime.engine import Runtime
 
 def build_estimator(history_db: str, artifact: str) -> Any:
     """The learned predictor; construction never fails the operator."""
-    from predictor.online import PredictorEstimator
+    from cpn.api.predictions import PredictorEstimator
 
     return PredictorEstimator(
         history=history_db or ":memory:", artifact=artifact or None, retrain="thread"

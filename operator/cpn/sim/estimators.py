@@ -5,7 +5,7 @@
   from ``(seed, job)``, so the draw does not depend on arrival order.
 - ``user``: the trace's ``user_estimate_s`` (on the job's trace GPU, else the reference
   GPU), scaled per GPU type; a conservative default when the trace leaves it blank.
-- ``predictor``: :class:`predictor.online.PredictorEstimator` when importable, else
+- ``predictor``: :class:`cpn.api.predictions.PredictorEstimator` when importable, else
   :class:`HistoryEstimator`, which learns from the jobs that finished earlier.
 
 All of them implement :class:`cpn.core.estimator.Estimator`. Those that learn nothing say
@@ -17,7 +17,6 @@ waiting jobs are re-estimated when a job of their model finished, see
 from __future__ import annotations
 
 import bisect
-import importlib
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -244,7 +243,7 @@ def make_estimator(
 ) -> tuple[Estimator, str]:
     """The estimator called ``name`` and the name of what it really is.
 
-    ``predictor`` resolves to ``predictor.online.PredictorEstimator`` when that module
+    ``predictor`` resolves to ``cpn.api.predictions.PredictorEstimator`` when that module
     imports (a fresh, in-memory history per run, seeded), else to :class:`HistoryEstimator`.
     """
     if name == "oracle":
@@ -255,11 +254,8 @@ def make_estimator(
         return UserEstimator(truth, base_gpu=base_gpu), "user"
     if name == "predictor":
         try:
-            online = importlib.import_module("predictor.online")
+            from cpn.api.predictions import PredictorEstimator
         except ImportError:
             return HistoryEstimator(truth.reference_gpu), "history"
-        estimator: Estimator = online.PredictorEstimator(
-            reference_gpu=truth.reference_gpu, seed=seed
-        )
-        return estimator, "predictor"
+        return PredictorEstimator(reference_gpu=truth.reference_gpu, seed=seed), "predictor"
     raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
