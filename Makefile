@@ -43,10 +43,11 @@ fmt: venv ## format and auto-fix
 	$(PY) -m ruff format operator predictor testbed tests bench
 	$(PY) -m ruff check --fix operator predictor testbed tests bench
 
-lint: venv ## ruff + mypy --strict
+lint: venv ## ruff + mypy --strict + the layering contracts (import-linter, in pyproject.toml)
 	$(PY) -m ruff check operator predictor testbed tests bench
 	$(PY) -m ruff format --check operator predictor testbed tests bench
 	$(PY) -m mypy
+	PYTHONPATH=operator:. $(VENV)/bin/lint-imports --no-cache --no-logo
 
 test: lint bed ## every test, the end-to-end ones on the test bed included (CI runs this)
 	$(PYTEST) tests
