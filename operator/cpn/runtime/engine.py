@@ -48,15 +48,11 @@ from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
     IMMINENT,
-    clock,
     condition,
     human_duration,
-    likely,
     merge_patch,
     queue_positions,
     rfc3339,
-    start_fields,
-    upcoming,
 )
 from cpn.config import OperatorConfig
 from cpn.core.cycle import plan_cycle
@@ -64,16 +60,16 @@ from cpn.core.errors import PolicyError
 from cpn.core.estimator import Estimator
 from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
-from cpn.core.explain import CandidateView, Choice, Frees, choices, first_to_free
+from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
-from cpn.core.policy import DEFAULT_QUEUE, QueuePolicy
+from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
+from cpn.runtime.status import queue_of, render_status
 from cpn.runtime.store import (
     Packed,
     Record,
     Store,
     preempted,
-    preemption_status,
     unpack,
 )
 from cpn.runtime.writes import Pace, WriteQueue
@@ -960,7 +956,7 @@ class Runtime:
         for hold in plan.holds:  # best first
             record = self.store.records.get(hold.job_key)
             if hold.position and record is not None and record.phase == k.PHASE_QUEUED:
-                order.append((record.key, _queue_of(record)))
+                order.append((record.key, queue_of(record)))
         places = queue_positions(order)
         for record in self.store.records.values():
             record.position = places.get(record.key, 0)
@@ -1098,126 +1094,11 @@ class Runtime:
 
     # -- status --------------------------------------------------------------------------------
     def render_status(self, record: Record) -> dict[str, Any]:
-        """The status the AIJob should have now."""
-        job = record.job
-        hold = record.hold if record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} else None
-        gpus = job.gpus if job else None
-        predicted = dict(job.estimate.runtime_s) if job else {}
-        best = record.predicted_runtime_s or (job.estimate.best_s() if job and predicted else 0)
-        now = self.clock()
-        prev = record.written.get("conditions") or []
-        gen = record.generation
-        waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
-        status: dict[str, Any] = {
-            "phase": record.phase,
-            "queue": _queue_of(record),
-            "level": hold.level if hold else "",
-            "user": record.user,
-            "group": record.group,
-            "position": (record.position or None) if record.phase == k.PHASE_QUEUED else None,
-            "score": round(hold.score, 3) if hold else None,
-            "gpus": gpus,
-            "reason": record.reason,
-            "message": record.message or record.invalid,
-            "predicted": human_duration(best) if best else "",
-            "predictedRuntimeSeconds": {t: round(v, 1) for t, v in sorted(predicted.items())},
-            "attempts": record.attempts,
-            "cluster": record.cluster or None,
-            "gpuType": record.gpu_type or None,
-            "nodes": list(record.nodes) or None,
-            "transferSeconds": round(record.transfer_s, 1) if record.cluster else None,
-            "memberJob": (
-                {
-                    "cluster": record.cluster,
-                    "name": record.member_job,
-                    "namespace": self._member_namespace(record.cluster),
-                }
-                if record.member_job
-                else None
-            ),
-            "startTime": rfc3339(record.start_s) if record.start_s else None,
-            "completionTime": rfc3339(record.finish_s) if record.finish_s else None,
-            "actualRuntimeSeconds": round(record.actual_s, 1) if record.actual_s else None,
-            "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
-        }
-        status.update(preemption_status(record))
-        if job and job.estimate.high_s:
-            status["predictedRuntimeHighSeconds"] = {
-                t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
-            }
-        eta_finish = record.eta_finish_s if waiting else None
-        if record.phase in {k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
-            began = record.start_s or record.dispatch_s
-            eta_finish = began + record.transfer_s + record.predicted_runtime_s
-        status["estimatedFinish"] = rfc3339(eta_finish)
-        if waiting:
-            shown, record.refresh_by_s = start_fields(record.eta_start_s, *record.eta_range, now)
-            status.update(shown)
-        else:
-            status["eta"] = clock(eta_finish) or None
-            record.refresh_by_s = None
-        if record.choice is not None and record.active:
-            status["placement"] = _placement(record.choice)
-        conditions = [
-            condition(
-                k.COND_VALID,
-                not record.invalid and record.reason != "Infeasible",
-                "InvalidSpec"
-                if record.invalid
-                else ("Infeasible" if record.reason == "Infeasible" else "Valid"),
-                record.invalid or (record.message if record.reason == "Infeasible" else "accepted"),
-                generation=gen,
-                now_s=now,
-                previous=prev,
-            ),
-            condition(
-                k.COND_ADMITTED,
-                record.phase not in {k.PHASE_QUEUED, k.PHASE_SUSPENDED, k.PHASE_INVALID},
-                record.reason or "Pending",
-                _explanation(record, status, now),
-                generation=gen,
-                now_s=now,
-                previous=prev,
-            ),
-        ]
-        if record.job is not None and record.job.queue:
-            conditions.append(
-                condition(
-                    k.COND_QUEUE_KNOWN,
-                    not record.unknown_queue,
-                    "UnknownQueue" if record.unknown_queue else "KnownQueue",
-                    record.unknown_queue or f"queue {record.job.queue!r} is in the policy",
-                    generation=gen,
-                    now_s=now,
-                    previous=prev,
-                )
-            )
-        if record.phase in {k.PHASE_RUNNING, k.PHASE_SUCCEEDED, k.PHASE_FAILED}:
-            conditions.append(
-                condition(
-                    k.COND_RUNNING,
-                    record.phase == k.PHASE_RUNNING,
-                    record.phase,
-                    record.message,
-                    generation=gen,
-                    now_s=now,
-                    previous=prev,
-                )
-            )
-        if record.finished:
-            conditions.append(
-                condition(
-                    k.COND_FINISHED,
-                    True,
-                    record.reason or record.phase,
-                    record.message or record.invalid,
-                    generation=gen,
-                    now_s=now,
-                    previous=prev,
-                )
-            )
-        status["conditions"] = conditions
-        return {key: value for key, value in status.items() if value is not None}
+        """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`)."""
+        status, record.refresh_by_s = render_status(
+            record, self.clock(), self._member_namespace(record.cluster)
+        )
+        return status
 
     def _member_namespace(self, cluster: str) -> str:
         member = self.members.get(cluster)
@@ -1555,66 +1436,6 @@ def _plan_and_explain(
 _FREED_BY_ENDS = frozenset(
     {WaitReason.Capacity, WaitReason.Waiting, WaitReason.Priority, WaitReason.Reservation}
 )
-
-
-def _queue_of(record: Record) -> str:
-    """The queue a job's status names: spec.queue, else the policy level that took it."""
-    job, hold = record.job, record.hold
-    return (job.queue if job and job.queue else (hold.level if hold else "")) or DEFAULT_QUEUE
-
-
-def _placement(choice: Choice) -> dict[str, Any]:
-    """status.placement: the place chosen and the runner-up, seconds from the decision."""
-
-    def view(c: CandidateView) -> dict[str, Any]:
-        return {
-            "cluster": c.cluster,
-            "gpuType": c.gpu_type,
-            "runtimeSeconds": round(c.runtime_s, 1),
-            "transferSeconds": round(c.transfer_s, 1),
-            "waitSeconds": round(c.earliest_start_s or 0.0, 1),
-            "completionSeconds": round(c.completion_s or 0.0, 1),
-        }
-
-    out = {"chosen": view(choice.chosen)}
-    if choice.runner_up is not None:
-        out["runnerUp"] = view(choice.runner_up)
-    return out
-
-
-def _explanation(record: Record, status: Mapping[str, Any], now_s: float) -> str:
-    """The Admitted condition's message: the reason's sentence, then, while waiting, the
-    running job whose end makes room and the predicted start; once placed, why there and
-    not at the runner-up."""
-    parts = [record.message or ""]
-    if record.phase == k.PHASE_QUEUED and record.frees is not None:
-        frees = record.frees
-        at = upcoming(frees.at_s, now_s)
-        parts.append(
-            f"room frees when {frees.job_key} on {frees.cluster} ({frees.gpu_type}) ends, "
-            + (f"expected {clock(at)}" if at else "expected about now")
-        )
-    if record.phase == k.PHASE_QUEUED and status.get("eta"):
-        parts.append(f"predicted start {status['eta']}{likely(status.get('estimatedStartRange'))}")
-    choice = record.choice
-    if record.active and choice is not None:
-        chosen = choice.chosen
-        text = (
-            f"chosen for the soonest completion: {human_duration(chosen.completion_s) or '0s'}"
-            f" (runtime {human_duration(chosen.runtime_s)}, transfer "
-            f"{human_duration(chosen.transfer_s) or '0s'})"
-        )
-        other = choice.runner_up
-        if other is not None:
-            text += (
-                f"; runner-up {other.cluster} ({other.gpu_type}): "
-                f"{human_duration(other.completion_s)} (wait "
-                f"{human_duration(other.earliest_start_s) or '0s'}, runtime "
-                f"{human_duration(other.runtime_s)}, transfer "
-                f"{human_duration(other.transfer_s) or '0s'})"
-            )
-        parts.append(text)
-    return "; ".join(p for p in parts if p)
 
 
 def _widen_pool(api: client.ApiClient, size: int) -> None:
