@@ -83,6 +83,7 @@ def test_every_key_maps_to_its_field() -> None:
     assert policy.preemption.restart_cost_s == 0.0
     assert (policy.preemption.checkpoint_interval_s, policy.preemption.min_run_s) == (300.0, 45.0)
     assert (policy.retry.max_attempts, policy.retry.backoff_s) == (1, 0.0)
+    assert policy.retry.start_timeout_s == 45.0
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
 
 
@@ -306,6 +307,18 @@ MISTAKES = [
         id="zero-checkpoint-interval",
     ),
     pytest.param("retry: {backoff_s: -5}", "retry.backoff_s", "at least 0", id="negative-backoff"),
+    pytest.param(
+        "retry: {start_timeout_s: 0}",
+        "retry.start_timeout_s",
+        "greater than 0",
+        id="zero-start-timeout",
+    ),
+    pytest.param(
+        "retry: {start_timeout_s: '2m'}",
+        "retry.start_timeout_s",
+        "expected a number",
+        id="start-timeout-as-text",
+    ),
     pytest.param("user_levels: {alice: high}", "user_levels.alice", "number", id="level-as-word"),
     pytest.param("group_levels: {1: 2}", "group_levels", "group name", id="numeric-group-name"),
     pytest.param(

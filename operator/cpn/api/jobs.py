@@ -165,3 +165,12 @@ def _with_resources(
         resources["requests"] = requests
     out["resources"] = resources
     return out
+
+
+def workers_running(status: Mapping[str, Any]) -> int:
+    """Workers of a member Job that run or ran, from the Job's status: its ready pods plus
+    those that succeeded. A cluster whose Job status has no ``ready`` (before Kubernetes
+    1.24) counts its active pods instead, which include pods still waiting for a node."""
+    ready = status.get("ready")
+    counted = status.get("active") if ready is None else ready
+    return int(counted or 0) + int(status.get("succeeded") or 0)

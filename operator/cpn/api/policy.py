@@ -264,6 +264,7 @@ _PREEMPTION: Mapping[str, Parser] = {
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": _integer(1, 100),
     "backoff_s": _number(0.0, 86400.0),
+    "start_timeout_s": _number(0.0, MAX_DURATION_S, above=True),
 }
 _QUOTAS = ("groups", "lending", "max_priority")
 _MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)

@@ -171,10 +171,13 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retry:
-    """Failed attempts are retried with exponential backoff up to ``max_attempts``."""
+    """Failed attempts are retried with exponential backoff up to ``max_attempts``. An
+    attempt whose workers are not all running ``start_timeout_s`` after its dispatch is
+    removed and counts as a failed attempt (:mod:`cpn.core.gang`)."""
 
     max_attempts: int = 3
     backoff_s: float = 30.0
+    start_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
