@@ -43,7 +43,7 @@ from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
-from cpn.api.jobs import render_job
+from cpn.api.jobs import render_job, workers_running
 from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
@@ -61,6 +61,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.explain import Choice, Frees, choices, first_to_free
+from cpn.core.gang import Gang, judge_start
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
@@ -563,17 +564,47 @@ class Runtime:
                 "message"
             ) or "a worker failed"
             self._attempt_failed(record, message)
-        elif (
-            (status.get("ready") or 0) > 0
-            or ((status.get("active") or 0) > 0 and (status.get("ready") is None))
-        ) and record.phase != k.PHASE_RUNNING:
+        else:
+            self._judge_start(record, job)
+
+    def _judge_start(self, record: Record, job: Mapping[str, Any] | None) -> None:
+        """A dispatched attempt whose workers all run is Running; one whose workers do not
+        all run within ``retry.start_timeout_s`` of its dispatch is removed and requeued,
+        never left half-started holding GPUs (:func:`cpn.core.gang.judge_start`). ``job``
+        is its member Job as last seen (None: not seen yet)."""
+        if record.phase != k.PHASE_DISPATCHED:
+            return
+        if not record.dispatch_s and job is not None:  # restored after a restart
+            created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+            record.dispatch_s = created or self.clock()
+        wanted = record.job.workers if record.job is not None else 1
+        running = workers_running((job or {}).get("status") or {})
+        timeout_s = self.store.policy.retry.start_timeout_s
+        verdict = judge_start(wanted, running, record.dispatch_s, self.clock(), timeout_s)
+        if verdict.action is Gang.REMOVE:
+            log.warning("%s on %s: %s", record.key, record.cluster, verdict.message)
+            self._attempt_failed(record, verdict.message, reason="StartTimeout")
+        elif verdict.action is Gang.RUNNING:
             record.phase = k.PHASE_RUNNING
-            record.start_s = now
+            record.start_s = self.clock()
             record.reason = "Running"
             record.message = f"running on {record.cluster} ({record.gpu_type})"
+            if wanted > 1:
+                record.message += f", {verdict.message}"
             self.observer.started(record)
             self._event(record, "Started", record.message)
             self._write_soon(record)
+        elif running and record.message != verdict.message:  # part of the gang runs
+            record.message = verdict.message
+            self._write_soon(record)
+
+    def _start_deadlines(self) -> None:
+        """Attempts of reachable members whose workers have not all started in time go."""
+        for record in self.store.active():
+            member = self.members.get(record.cluster)
+            reachable = self.member_status.get(record.cluster, (False, ""))[0]
+            if member is not None and record.dispatch_s and reachable:
+                self._judge_start(record, member.jobs.get(record.member_job))
 
     def _adopt(self, record: Record, member: Member, job: Mapping[str, Any], attempt: int) -> None:
         affinity = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
@@ -627,8 +658,9 @@ class Runtime:
         self._write_soon(record)
         self.kick()
 
-    def _attempt_failed(self, record: Record, why: str) -> None:
+    def _attempt_failed(self, record: Record, why: str, reason: str = "Retrying") -> None:
         retry = self.store.policy.retry
+        record.failure = why
         member = self.members.get(record.cluster)
         if member is not None and record.member_job:
             self.pool.submit(_quiet, member.delete_job, record.member_job)
@@ -643,10 +675,10 @@ class Runtime:
             delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
             record.phase = k.PHASE_QUEUED
             record.not_before_s = self.clock() + delay
-            record.reason = "Retrying"
+            record.reason = reason
             self.observer.retrying()
             record.message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
-            self._event(record, "Retrying", record.message, warning=True)
+            self._event(record, reason, record.message, warning=True)
             self._clear_placement(record)
         self._write_soon(record)
         self.kick()
@@ -719,6 +751,10 @@ class Runtime:
                 wait = min(wait, record.not_before_s - now + 0.05)
             if record.refresh_by_s is not None:
                 wait = min(wait, record.refresh_by_s - now)
+        timeout_s = self.store.policy.retry.start_timeout_s
+        for record in self.store.active():  # an attempt's start deadline
+            if record.phase == k.PHASE_DISPATCHED and record.dispatch_s:
+                wait = min(wait, record.dispatch_s + timeout_s - now + 0.05)
         return max(wait, 0.0)
 
     async def connect_members(self) -> None:
@@ -784,6 +820,7 @@ class Runtime:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
         self._requeue_lost()
+        self._start_deadlines()
         self._drained()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
@@ -894,6 +931,8 @@ class Runtime:
             else:
                 record.reason = str(hold.reason)
             record.message = hold.message
+            if hold.reason == WaitReason.Backoff and record.failure:
+                record.message += f" ({record.failure})"
             if hold.reserved_start_s is not None and record.eta_start_s is None:
                 record.eta_start_s = hold.reserved_start_s
             if previous != record.reason and hold.reason in {

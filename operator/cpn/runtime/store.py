@@ -91,6 +91,7 @@ class Record:
     actual_s: float = 0.0
     message: str = ""
     reason: str = ""
+    failure: str = ""  # why its last attempt failed (shown while it backs off)
     hold: Hold | None = None
     eta_start_s: float | None = None
     eta_finish_s: float | None = None
