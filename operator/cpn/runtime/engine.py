@@ -752,9 +752,10 @@ class Runtime:
             if record.refresh_by_s is not None:
                 wait = min(wait, record.refresh_by_s - now)
         timeout_s = self.store.policy.retry.start_timeout_s
-        for record in self.store.active():  # an attempt's start deadline
-            if record.phase == k.PHASE_DISPATCHED and record.dispatch_s:
-                wait = min(wait, record.dispatch_s + timeout_s - now + 0.05)
+        for record in self.store.active():  # an attempt's start deadline still ahead
+            deadline = record.dispatch_s + timeout_s
+            if record.phase == k.PHASE_DISPATCHED and record.dispatch_s and deadline > now:
+                wait = min(wait, deadline - now + 0.05)
         return max(wait, 0.0)
 
     async def connect_members(self) -> None:
