@@ -135,7 +135,7 @@ def _tree(tmp_path: Path, bad_module: str, bad_import: str) -> Path:
         ("cpn.runtime", "from cpn import adapters", {"layers"}),
         ("cpn.sim", "from cpn import runtime", {"layers"}),
         ("cpn.adapters", "import kopf", {"kopf-in-handlers"}),
-        ("cpn.devbed", "import kopf", {"kopf-in-handlers"}),
+        ("cpn.cli.devbed", "import kopf", {"kopf-in-handlers"}),
         ("predictor", "from cpn import core", {"predictor-alone"}),
         ("cpn.adapters", "import kubernetes", set()),
         ("cpn.handlers", "import kopf", set()),

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from cpn.adapters.kube import client_from_kubeconfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT / "crds"
 DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
 NAMESPACE = "cpn-system"
