@@ -38,7 +38,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cpn.adapters.kube import client_from_kubeconfig
-from cpn.devbed import bootstrap_testbed
+from cpn.cli.devbed import bootstrap_testbed
 
 
 def main() -> int:

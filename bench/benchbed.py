@@ -32,7 +32,7 @@ from kubernetes import client, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from cpn.adapters.kube import client_from_kubeconfig  # noqa: E402
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until  # noqa: E402
+from cpn.cli.devbed import bootstrap_testbed, start_operator, stop_process, wait_until  # noqa: E402
 from testbed import procs  # noqa: E402
 from testbed.bed import Testbed  # noqa: E402
 

@@ -20,7 +20,7 @@ import pytest
 
 from cpn.core.cycle import plan_cycle
 from tests.builders import cluster, job, nodes, snapshot
-from tests.runtime.test_replay import write_log
+from tests.cli.test_replay import write_log
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -30,8 +30,8 @@ SIM = ["--trace", str(DATA / "tiny.csv"), "--clusters", str(DATA / "small-cluste
 COVERED = {
     "operator/cpn/sim/cli.py": ["simulate"],
     "operator/cpn/sim/compare.py": ["simulate philly"],
-    "operator/cpn/replay.py": ["replay"],
-    "operator/cpn/explain.py": ["explain --log"],
+    "operator/cpn/cli/replay.py": ["replay"],
+    "operator/cpn/cli/explain.py": ["explain --log"],
     "predictor/cli.py": ["predictor predict", "predictor evaluate"],
     "testbed/cli.py": ["testbed status"],
     "bench/bench_cycle.py": ["bench_cycle"],

@@ -83,6 +83,9 @@ def test_the_contracts_say_what_the_layering_promises():
     }
     assert set(CONTRACTS["clients-in-adapters"]["forbidden_modules"]) >= clients
     assert CONTRACTS["predictor-alone"]["forbidden_modules"] == ["cpn"]
+    assert set(CONTRACTS["cli-through-adapters"]["source_modules"]) >= {"cpn.cli", "cpn.__main__"}
+    assert set(CONTRACTS["cli-through-adapters"]["forbidden_modules"]) >= clients
+    assert "cpn.cli" in CONTRACTS["kopf-in-handlers"]["source_modules"]
     layers = [re.split(r"\s*[|:]\s*", layer) for layer in CONTRACTS["layers"]["layers"]]
     order = [layer[0] for layer in layers]
     assert order == ["cli", "handlers", "adapters", "runtime", "api", "core"]
@@ -135,7 +138,11 @@ def _tree(tmp_path: Path, bad_module: str, bad_import: str) -> Path:
         ("cpn.runtime", "from cpn import adapters", {"layers"}),
         ("cpn.sim", "from cpn import runtime", {"layers"}),
         ("cpn.adapters", "import kopf", {"kopf-in-handlers"}),
-        ("cpn.devbed", "import kopf", {"kopf-in-handlers"}),
+        ("cpn.cli", "import kopf", {"kopf-in-handlers", "cli-through-adapters"}),
+        ("cpn.cli", "import kubernetes", {"cli-through-adapters"}),
+        ("cpn.__main__", "import requests", {"cli-through-adapters"}),
+        ("cpn.cli", "from cpn import adapters", set()),
+        ("cpn.cli", "from cpn import handlers", set()),
         ("predictor", "from cpn import core", {"predictor-alone"}),
         ("cpn.adapters", "import kubernetes", set()),
         ("cpn.handlers", "import kopf", set()),

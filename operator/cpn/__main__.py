@@ -1,5 +1,5 @@
 """``python -m cpn`` is the ``cpn`` command."""
 
-from cpn.cli import main
+from cpn.cli.main import main
 
 raise SystemExit(main())

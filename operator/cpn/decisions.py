@@ -4,7 +4,7 @@ A record holds the cycle's whole :class:`~cpn.core.model.Snapshot` (clock,
 policy with its version, pending jobs with their estimates, running jobs,
 clusters and nodes with what is free, bandwidth) and the resulting
 :class:`~cpn.core.model.CyclePlan`, plus the cycle number and its wall time.
-``cpn replay`` (:mod:`cpn.replay`) reads it back.
+``cpn replay`` (:mod:`cpn.cli.replay`) reads it back.
 
 The codec is lossless: :func:`decode` of :func:`encode` gives an object equal to
 the original. It is driven by the dataclasses' own type hints, so a field added

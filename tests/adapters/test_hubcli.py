@@ -1,21 +1,35 @@
 """A command that reads the hub says what is wrong in one line: no traceback.
 
 ``cpn queue`` runs as a subprocess against kubeconfigs that are missing, not YAML,
-incomplete, or point at a 127.0.0.1 port nobody listens on.
+incomplete, or point at a 127.0.0.1 port nobody listens on. The AIJob reads of
+:mod:`cpn.adapters.hubcli` and the commands on top of them run against a small fake hub
+on 127.0.0.1 that answers with fixed statuses.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from cpn.adapters.hubcli import kubeconfig_path
+from cpn.adapters.hubcli import (
+    HubAnswer,
+    get_aijob,
+    hub_api,
+    kubeconfig_path,
+    list_aijobs,
+    on_hub,
+)
 from cpn.api.kubeconfig import context_namespace
+from cpn.cli import explain, queue
 
 
 def kubeconfig(server: str, namespace: str | None = None) -> str:
@@ -37,7 +51,7 @@ def free_port() -> int:
     return port
 
 
-def queue(*args: str) -> subprocess.CompletedProcess[str]:
+def run_queue(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cpn", "queue", *args],
         capture_output=True,
@@ -66,7 +80,7 @@ def test_a_bad_kubeconfig_or_unreachable_hub_is_one_line(
         content = kubeconfig(f"https://127.0.0.1:{port}")
     if content is not None:
         path.write_text(content)
-    done = queue("--kubeconfig", str(path), "-o", "json")
+    done = run_queue("--kubeconfig", str(path), "-o", "json")
     assert done.returncode == 1
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
@@ -109,3 +123,105 @@ def test_context_namespace() -> None:
     assert context_namespace(kubeconfig("https://x")) == "default"
     assert context_namespace(kubeconfig("https://x", "team-a"), context="other") == "default"
     assert context_namespace("[") == "default"
+
+
+# --- the AIJob reads, against a fake hub ---------------------------------------------------
+
+AIJOBS = "/apis/cpn.io/v1alpha1"
+JOB = {"metadata": {"namespace": "team-a", "name": "bert-1"}, "status": {"phase": "Queued"}}
+#: path -> (HTTP status, body)
+ANSWERS: dict[str, tuple[int, object]] = {
+    f"{AIJOBS}/namespaces/team-a/aijobs": (200, {"items": [JOB]}),
+    f"{AIJOBS}/namespaces/team-a/aijobs/bert-1": (200, JOB),
+    f"{AIJOBS}/aijobs": (403, {"kind": "Status", "code": 403, "reason": "Forbidden"}),
+    f"{AIJOBS}/namespaces/team-b/aijobs": (500, {"kind": "Status", "code": 500}),
+    f"{AIJOBS}/namespaces/team-b/aijobs/secret": (403, {"kind": "Status", "code": 403}),
+    f"{AIJOBS}/namespaces/team-b/aijobs/broken": (500, {"kind": "Status", "code": 500}),
+}
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status, body = ANSWERS.get(self.path.split("?")[0], (404, {"kind": "Status"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[str]:
+    """The path of a kubeconfig (context namespace team-a) for a fake hub on 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    path = tmp_path / "config"
+    path.write_text(kubeconfig(f"http://127.0.0.1:{server.server_address[1]}", "team-a"))
+    try:
+        yield str(path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_aijob_reads_answer_bodies_or_hub_answers(hub: str) -> None:
+    """Reads return what the hub stores; a refusal is a HubAnswer with its status."""
+    api = hub_api(hub)
+    assert list_aijobs(api, "team-a") == [JOB]
+    assert get_aijob(api, "team-a", "bert-1") == JOB
+    with pytest.raises(HubAnswer) as refused:
+        list_aijobs(api, None)
+    assert refused.value.status == 403
+    with pytest.raises(HubAnswer) as missing:
+        get_aijob(api, "team-a", "gone")
+    assert missing.value.status == 404
+
+
+def test_on_hub_words_a_hub_answer_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    def refuse() -> int:
+        raise HubAnswer(500, "Internal Server Error")
+
+    assert on_hub("cpn x", refuse) == 1
+    assert capsys.readouterr().err == "cpn x: the hub answered (500 Internal Server Error)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "out", "err"),
+    [
+        (["-o", "json"], 0, "team-a/bert-1", ""),
+        (["-A"], 1, "", "cpn queue: you may not list AIJobs in all namespaces; try -n"),
+        (["-n", "team-b"], 1, "", "cpn queue: the hub answered (500 Internal Server Error)"),
+    ],
+    ids=["context-namespace", "all-refused", "hub-error"],
+)
+def test_cpn_queue_on_the_fake_hub(
+    hub: str, capsys: pytest.CaptureFixture[str], args: list[str], code: int, out: str, err: str
+) -> None:
+    assert queue.main(["--kubeconfig", hub, *args]) == code
+    got = capsys.readouterr()
+    assert out in got.out and (got.out == "") == (out == "")
+    assert got.err.startswith(err) and (got.err == "") == (err == "")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        (["bert-1"], 0, "team-a/bert-1: Queued"),
+        (["gone"], 1, "cpn explain: no AIJob 'gone' in namespace team-a"),
+        (["team-b/secret"], 1, "cpn explain: you may not read AIJobs in namespace team-b"),
+        (["broken", "-n", "team-b"], 1, "cpn explain: the hub answered 500 Internal Server Error"),
+    ],
+    ids=["found", "missing", "refused", "hub-error"],
+)
+def test_cpn_explain_on_the_fake_hub(
+    hub: str, capsys: pytest.CaptureFixture[str], args: list[str], code: int, expected: str
+) -> None:
+    assert explain.main([*args, "--kubeconfig", hub]) == code
+    got = capsys.readouterr()
+    assert expected in (got.out if code == 0 else got.err)

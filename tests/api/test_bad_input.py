@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from cpn.api.aijob import KNOWN_KEYS, parse_aijob
 from cpn.api.policy import parse_policy
 from cpn.api.yamlsafe import YamlError, load_yaml
+from cpn.cli.validate import main as validate_main
 from cpn.core.errors import CpnError, FieldError, FormulaError, InvalidSpec, PolicyError
 from cpn.core.formula import compile_formula
-from cpn.validate import main as validate_main
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 CRD = Path(__file__).resolve().parents[2] / "crds" / "aijob.yaml"

@@ -31,9 +31,9 @@ import yaml
 
 from cpn.api.aijob import parse_aijob
 from cpn.api.policy import parse_policy, parse_policy_configmap
+from cpn.api.validation import Validator, load_crds
 from cpn.config import OperatorConfig
 from cpn.core.errors import CpnError
-from cpn.validate import Validator, load_crds
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]

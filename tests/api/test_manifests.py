@@ -17,9 +17,9 @@ import pytest
 
 from cpn.api import constants as k
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy_configmap
+from cpn.api.validation import read_documents
+from cpn.cli.validate import main as validate_main
 from cpn.config import OperatorConfig
-from cpn.validate import main as validate_main
-from cpn.validate import read_documents
 from testbed.bed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -416,7 +416,7 @@ def test_cpn_run_accepts_the_deployment_args(
     hands kopf the liveness endpoint."""
     import kopf
 
-    from cpn import run
+    from cpn.cli import run
 
     calls: list[Mapping[str, Any]] = []
     leads: list[str] = []

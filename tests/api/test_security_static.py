@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cpn.api.kubeconfig import kubeconfig_problems
-from cpn.devbed import embedded_kubeconfig
+from cpn.cli.devbed import embedded_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CREDENTIAL_WORDS = ("token", "password", "secret", "cert", "key", "kubeconfig", "auth", "bearer")
@@ -57,7 +57,7 @@ def test_inline_kubeconfig_is_accepted() -> None:
 
 
 def test_devbed_member_secret_kubeconfig_is_accepted(tmp_path: Path) -> None:
-    """What `cpn.devbed` puts in member Secrets (files inlined) passes the check."""
+    """What `cpn.cli.devbed` puts in member Secrets (files inlined) passes the check."""
     for name in ("ca.crt", "c.crt", "c.key"):
         (tmp_path / name).write_text("x")
     config = {

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from cpn import validate
+from cpn.api import validation
 from cpn.api.policy import parse_policy_configmap
-from cpn.cli import main as cpn_main
+from cpn.api.validation import CEL_RULES, Validator, cel_rules, load_crds
+from cpn.cli.main import main as cpn_main
+from cpn.cli.validate import main
 from cpn.core.errors import PolicyError
-from cpn.validate import CEL_RULES, Validator, cel_rules, load_crds, main
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "validate"
@@ -24,13 +25,13 @@ CRDS = load_crds(ROOT / "crds")
 _EXPECT = re.compile(r"^# expect: (\S+) \| (\d+) \| (.*?) \| (.+)$")
 
 
-def check_text(text: str, *, ignore_unknown: bool = False) -> list[validate.Problem]:
+def check_text(text: str, *, ignore_unknown: bool = False) -> list[validation.Problem]:
     validator = Validator(CRDS, ignore_unknown=ignore_unknown)
     validator.validate_text(text, "x.yaml")
     return validator.problems
 
 
-def check_file(path: Path) -> list[validate.Problem]:
+def check_file(path: Path) -> list[validation.Problem]:
     validator = Validator(CRDS)
     validator.validate_path(str(path))
     return validator.problems
@@ -47,7 +48,7 @@ def expectations(path: Path) -> list[tuple[str, int, str, str]]:
     return found
 
 
-def doc_index(problem: validate.Problem) -> str:
+def doc_index(problem: validation.Problem) -> str:
     match = re.match(r"document (\d+)", problem.document)
     return match.group(1) if match else "-"
 
@@ -154,7 +155,7 @@ def test_file_size_is_capped(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A file larger than the cap is reported, not read."""
-    monkeypatch.setattr(validate, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(validation, "MAX_FILE_BYTES", 100)
     big = tmp_path / "big.yaml"
     big.write_text(yaml.safe_dump(aijob()) * 3)
     assert main(["-q", str(big)]) == 1
@@ -271,7 +272,7 @@ def test_cluster_scoped_kind_refuses_namespace_and_bad_name() -> None:
 
 def test_per_gpu_type_hint_names_the_canonical_type() -> None:
     """A GPU-type key that is an alias gets its canonical spelling as a hint."""
-    (message,) = validate.per_gpu_type_problems('{"a": {"v100-32gb": "1s"}}')
+    (message,) = validation.per_gpu_type_problems('{"a": {"v100-32gb": "1s"}}')
     assert "write 'V100-32GB'" in message
 
 

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ServiceException
 from urllib3.exceptions import ProtocolError
 
 from cpn.adapters.kube import client_from_kubeconfig
-from cpn.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.cli.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 
 #: The default policy with quick retries, so failure tests finish in seconds.

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     TEST_POLICY,

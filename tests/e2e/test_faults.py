@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from cpn.adapters.kube import Informer
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from cpn.adapters.kube import client_from_kubeconfig
 from cpn.adapters.lease import Lease, Renewer
-from cpn.devbed import start_operator, stop_process, wait_until
+from cpn.cli.devbed import start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from cpn.devbed import stop_process
+from cpn.cli.devbed import stop_process
 from testbed.bed import Testbed
 from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
 from tests.test_json_output import run_json

@@ -13,7 +13,7 @@ from kubernetes import client
 from cpn.adapters.kube import client_from_kubeconfig
 from cpn.adapters.members import Member, MemberSpec
 from cpn.api import constants as k
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from cpn.cli.devbed import stop_process, wait_until
 from cpn.decisions import read_log
-from cpn.devbed import stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     TEST_POLICY,

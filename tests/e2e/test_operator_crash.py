@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from testbed.spec import RESTART_COST_ANNOTATION
 from tests.e2e.hubkit import Hub, aijob, apply, events_of, new_namespace, running_hub, wait_status

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from cpn.api.aijob import parse_time
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,

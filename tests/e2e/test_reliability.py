@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.devbed import stop_process, wait_until
+from cpn.cli.devbed import stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     TEST_POLICY,

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 
 from cpn.adapters.kube import client_from_kubeconfig
-from cpn.devbed import NAMESPACE, bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.cli.devbed import NAMESPACE, bootstrap_testbed, start_operator, stop_process, wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import TEST_POLICY, Hub, aijob, apply, events_of, wait_status
 

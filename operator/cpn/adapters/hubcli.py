@@ -1,8 +1,9 @@
 """What the one-shot commands that read the hub share (``cpn queue``, ``cpn explain``).
 
 They find the kubeconfig and the namespace as kubectl does (:func:`kubeconfig_path`,
-:func:`hub_namespace`), build a client for it (:func:`hub_api`), and run under
-:func:`on_hub`, which turns a missing or broken kubeconfig, an unreachable hub or a
+:func:`hub_namespace`), build a client for it (:func:`hub_api`), read AIJobs with
+:func:`get_aijob` and :func:`list_aijobs` (a refusal is a :class:`HubAnswer`), and run
+under :func:`on_hub`, which turns a missing or broken kubeconfig, an unreachable hub or a
 refusal into one line on stderr naming the file or the server, and exit code 1: never
 a traceback.
 """
@@ -13,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client, config
@@ -20,11 +22,25 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
 from cpn.adapters.kube import client_from_kubeconfig
+from cpn.api import constants as k
 from cpn.api.kubeconfig import context_namespace
 
 
 class HubError(Exception):
     """A problem with the kubeconfig or the hub, already worded for the user."""
+
+
+class HubAnswer(Exception):
+    """The hub refused or failed one request: its HTTP status and reason."""
+
+    def __init__(self, status: int | None, reason: str | None) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+
+    @classmethod
+    def of(cls, err: ApiException) -> HubAnswer:
+        return cls(err.status, err.reason)
 
 
 def kubeconfig_path(given: str | None) -> Path:
@@ -59,6 +75,34 @@ def hub_api(given: str | None) -> client.ApiClient:
     return api
 
 
+def get_aijob(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The AIJob ``namespace/name`` as the hub stores it."""
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        body: dict[str, Any] = custom.get_namespaced_custom_object(
+            k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL, name
+        )
+    except ApiException as err:
+        raise HubAnswer.of(err) from err
+    return body
+
+
+def list_aijobs(api: client.ApiClient, namespace: str | None) -> list[dict[str, Any]]:
+    """The AIJobs of ``namespace``, or of every namespace when it is None."""
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        if namespace:
+            result = custom.list_namespaced_custom_object(
+                k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL
+            )
+        else:
+            result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
+    except ApiException as err:
+        raise HubAnswer.of(err) from err
+    items: list[dict[str, Any]] = result.get("items") or []
+    return items
+
+
 def _unreachable(err: MaxRetryError | HTTPError) -> str:
     pool = getattr(err, "pool", None)
     where = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else "the hub"
@@ -67,8 +111,11 @@ def _unreachable(err: MaxRetryError | HTTPError) -> str:
     return f"cannot reach the hub at {where}: {detail}"
 
 
-def _refused(err: ApiException) -> str:
-    what = {401: "does not accept these credentials", 403: "refused the request"}
+def _refused(err: HubAnswer) -> str:
+    what: dict[int | None, str] = {
+        401: "does not accept these credentials",
+        403: "refused the request",
+    }
     return f"the hub {what.get(err.status, 'answered')} ({err.status} {err.reason})"
 
 
@@ -82,7 +129,9 @@ def on_hub(prog: str, run: Callable[[], int]) -> int:
         message = _unreachable(err)
     except HTTPError as err:
         message = _unreachable(err)
-    except ApiException as err:
+    except HubAnswer as err:
         message = _refused(err)
+    except ApiException as err:
+        message = _refused(HubAnswer.of(err))
     print(f"{prog}: {message}", file=sys.stderr)
     return 1

@@ -155,9 +155,7 @@ def _target(job: str, namespace: str | None, kubeconfig: str | None) -> tuple[st
 
 
 def _live(args: argparse.Namespace) -> int:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
+    from cpn.adapters.hubcli import HubAnswer, get_aijob
     from cpn.adapters.kube import client_from_kubeconfig, hub_client
 
     namespace, name = _target(args.job, args.namespace, args.kubeconfig)
@@ -166,12 +164,9 @@ def _live(args: argparse.Namespace) -> int:
         if args.kubeconfig
         else hub_client()
     )
-    custom: Any = client.CustomObjectsApi(api)
     try:
-        body = custom.get_namespaced_custom_object(
-            k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL, name
-        )
-    except ApiException as err:
+        body = get_aijob(api, namespace, name)
+    except HubAnswer as err:
         if err.status == 404:
             print(f"cpn explain: no AIJob {name!r} in namespace {namespace}", file=sys.stderr)
         elif err.status in {401, 403}:

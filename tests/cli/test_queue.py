@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpn.queueview import render_table, rows_from
+from cpn.cli.queue import render_table, rows_from
 
 
 def item(name: str, phase: str, position: int | None = None, **status: Any) -> dict[str, Any]:

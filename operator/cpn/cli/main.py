@@ -13,15 +13,15 @@ from collections.abc import Sequence
 
 #: sub-command -> (module with ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("cpn.run", "run the operator against the current kubeconfig's cluster (the hub)"),
-    "demo": ("cpn.demo", "the whole product on the local test bed: a batch of AIJobs, live"),
-    "explain": ("cpn.explain", "why a job waits or went where it went (--log: replay)"),
-    "queue": ("cpn.queueview", "the queue across clusters: position, ETA and why each job waits"),
+    "run": ("cpn.cli.run", "run the operator against the current kubeconfig's cluster (the hub)"),
+    "demo": ("cpn.cli.demo", "the whole product on the local test bed: a batch of AIJobs, live"),
+    "explain": ("cpn.cli.explain", "why a job waits or went where it went (--log: replay)"),
+    "queue": ("cpn.cli.queue", "the queue across clusters: position, ETA and why each job waits"),
     "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
-    "validate": ("cpn.validate", "check AIJob, MemberCluster and policy manifests offline"),
-    "replay": ("cpn.replay", "re-plan every cycle of a decision log and report differences"),
+    "validate": ("cpn.cli.validate", "check AIJob, MemberCluster and policy manifests offline"),
+    "replay": ("cpn.cli.replay", "re-plan every cycle of a decision log and report differences"),
 }
 
 

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-import kopf
-
 from cpn.config import load_config
 
 log = logging.getLogger(__name__)
@@ -51,9 +49,9 @@ def main(argv: Sequence[str]) -> int:
     if args.namespace:
         os.environ["CPN_NAMESPACE"] = args.namespace
     config = load_config(leader_election=args.leader_elect)
-    import cpn.handlers  # noqa: F401  (registers every handler)
+    from cpn.handlers import entry  # registers every handler
 
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    entry.configure(verbose=args.verbose, log_format=args.log_format)
     if config.leader_election:
         # A standby answers its liveness probe while it waits, or the kubelet would
         # restart it over and over; kopf serves the same endpoint once this one leads.
@@ -62,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
         if standby is not None:
             standby.shutdown()
             standby.server_close()
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness)
+    entry.run(liveness=args.liveness)
     return 0
 
 

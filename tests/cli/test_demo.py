@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from cpn.demo import IMAGE, _log_files, demo_jobs, longest_wait, next_steps
+from cpn.cli.demo import IMAGE, _log_files, demo_jobs, longest_wait, next_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,8 +85,8 @@ def test_demo_policy_lets_only_team_nlp_raise_its_priority():
     """The demo's policy is the shipped default plus one grant: team-nlp's priority-1 jobs
     count as 1; every other group stays bounded at 0."""
     from cpn.api.policy import parse_policy
+    from cpn.cli.demo import demo_policy
     from cpn.core.queue import effective_priority
-    from cpn.demo import demo_policy
     from tests.builders import job
 
     policy = parse_policy(demo_policy())

@@ -32,8 +32,8 @@ import yaml
 
 from cpn.api.aijob import parse_time
 from cpn.api.status import human_duration
-from cpn.devbed import DEFAULT_POLICY, bootstrap_testbed, start_operator, stop_process
-from cpn.queueview import render_table, rows_from
+from cpn.cli.devbed import DEFAULT_POLICY, bootstrap_testbed, start_operator, stop_process
+from cpn.cli.queue import render_table, rows_from
 
 
 def demo_policy() -> str:

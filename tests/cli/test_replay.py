@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cpn.cli import main as cpn
+from cpn.cli.main import main as cpn
+from cpn.cli.replay import compare
 from cpn.core.cycle import plan_cycle
 from cpn.core.model import CyclePlan, Hold, Snapshot, SolveStats, WaitReason
 from cpn.decisions import EVENT, DecisionLog, encode
-from cpn.replay import compare
 from tests.builders import cluster, job, nodes, running, snapshot
 
 

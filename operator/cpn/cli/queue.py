@@ -125,29 +125,20 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    from cpn.adapters.hubcli import hub_api, hub_namespace
+    from cpn.adapters.hubcli import HubAnswer, hub_api, hub_namespace, list_aijobs
 
     api = hub_api(args.kubeconfig)
     namespace = None if args.all_namespaces else args.namespace or hub_namespace(args.kubeconfig)
-    custom: Any = client.CustomObjectsApi(api)
     try:
-        if namespace:
-            result = custom.list_namespaced_custom_object(
-                k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL
-            )
-        else:
-            result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
-    except ApiException as err:
+        items = list_aijobs(api, namespace)
+    except HubAnswer as err:
         if err.status != 403:
             raise
         where = f"namespace {namespace}" if namespace else "all namespaces"
         hint = "" if namespace else "; try -n NAMESPACE for one you may read"
         print(f"cpn queue: you may not list AIJobs in {where}{hint}", file=sys.stderr)
         return 1
-    rows = rows_from(result.get("items") or [], queue=args.queue, include_finished=args.all)
+    rows = rows_from(items, queue=args.queue, include_finished=args.all)
     if args.output == "json":
         print(json.dumps(rows, indent=1))
     elif args.output == "yaml":

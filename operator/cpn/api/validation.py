@@ -1,5 +1,6 @@
-"""``cpn validate FILE...``: check AIJobs and policies offline, before ``kubectl apply``.
+"""Offline checks of AIJobs, MemberClusters and policies, as the hub would make them.
 
+What ``cpn validate FILE...`` (:mod:`cpn.cli.validate`) runs before ``kubectl apply``.
 Each file (``-`` is standard input, a directory means its ``*.yaml``/``*.yml``)
 may hold several YAML documents. Every document is recognised and checked the
 way the hub would check it:
@@ -26,20 +27,18 @@ YAML is read with the loader of :mod:`cpn.api.yamlsafe` (no aliases, tags or
 duplicate keys; YAML 1.2 scalars), one document at a time. An AIJob or
 MemberCluster is then seen as kubectl sends it: kubectl reads YAML 1.1, so a
 plain ``yes``/``no``/``on``/``off`` is a boolean there (a policy stays YAML 1.2:
-the operator reads it with the same loader). Exit status: 0 when
-every document is valid, 1 when any problem is found (one line each:
-``FILE:LINE: document N (Kind name): field.path: message``), 2 for bad usage.
+the operator reads it with the same loader). Each problem is one
+:class:`Problem`, printed as ``FILE:LINE: document N (Kind name): field.path: message``.
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -210,7 +209,7 @@ def crd_dir() -> Path | None:
     packaged = resources.files("cpn") / "crds"
     if packaged.is_dir():
         return Path(str(packaged))
-    checkout = Path(__file__).resolve().parents[2] / "crds"
+    checkout = Path(__file__).resolve().parents[3] / "crds"
     return checkout if checkout.is_dir() else None
 
 
@@ -763,41 +762,3 @@ def per_gpu_type_problems(raw: str) -> list[str]:
                 f"{name!r}: {gpu!r} is not a canonical GPU type, so it never matches{hint}"
             )
     return problems
-
-
-# --- command ----------------------------------------------------------------------------
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="cpn validate",
-        description="Check AIJob, MemberCluster and policy manifests offline.",
-    )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML file, directory, or -")
-    parser.add_argument("--crds", type=Path, help="directory of the CRDs (default: cpn's own)")
-    parser.add_argument(
-        "--ignore-unknown", action="store_true", help="skip kinds cpn does not check"
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line")
-    args = parser.parse_args(list(argv))
-    directory = args.crds or crd_dir()
-    if directory is None or not directory.is_dir():
-        print("cpn validate: CRD directory not found; pass --crds DIR", file=sys.stderr)
-        return 2
-    try:
-        crds = load_crds(directory)
-    except (YamlError, OSError, KeyError, TypeError) as err:
-        print(f"cpn validate: cannot read the CRDs in {directory}: {err}", file=sys.stderr)
-        return 2
-    validator = Validator(crds, ignore_unknown=args.ignore_unknown)
-    for path in args.files:
-        validator.validate_path(path)
-    for rule in sorted(validator.unchecked_rules):
-        print(f"cpn validate: CEL rule not checked offline: {rule}", file=sys.stderr)
-    for problem in validator.problems:
-        print(problem)
-    if not args.quiet:
-        count = len(validator.problems)
-        verdict = "all valid" if not count else f"{count} problem{'s' * (count != 1)}"
-        print(f"{validator.documents} document(s) checked: {verdict}", file=sys.stderr)
-    return 1 if validator.problems else 0

@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from cpn.adapters.kube import client_from_kubeconfig
+from cpn.adapters.hubsetup import register
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT / "crds"
 DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
 NAMESPACE = "cpn-system"
@@ -46,16 +44,6 @@ def embedded_kubeconfig(path: Path) -> str:
                         Path(body.pop(file_key)).read_bytes()
                     ).decode()
     return str(yaml.safe_dump(doc, sort_keys=False))
-
-
-def _upsert(create: Any, replace: Any, *args: Any) -> None:
-    try:
-        create(*args)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        name = args[-1]["metadata"]["name"]
-        replace(name, *args)
 
 
 def policy_configmap(policy_yaml: str, namespace: str = NAMESPACE) -> dict[str, Any]:
@@ -98,29 +86,17 @@ def bootstrap(
         env=env,
         capture_output=True,
     )
-    api = client_from_kubeconfig(hub_kubeconfig.read_text())
-    core: Any = client.CoreV1Api(api)
-    custom: Any = client.CustomObjectsApi(api)
-    try:
-        core.create_namespace({"metadata": {"name": namespace}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
     text = policy_yaml if policy_yaml is not None else DEFAULT_POLICY.read_text()
-    _upsert(
-        core.create_namespaced_config_map,
-        core.replace_namespaced_config_map,
-        namespace,
-        policy_configmap(text, namespace),
-    )
     names = sorted(members)
-    for name in names:
-        secret = {
+    secrets = [
+        {
             "metadata": {"name": f"member-{name}", "namespace": namespace},
             "stringData": {"kubeconfig": embedded_kubeconfig(members[name])},
         }
-        _upsert(core.create_namespaced_secret, core.replace_namespaced_secret, namespace, secret)
-        body = {
+        for name in names
+    ]
+    bodies = [
+        {
             "apiVersion": "cpn.io/v1alpha1",
             "kind": "MemberCluster",
             "metadata": {"name": name},
@@ -130,12 +106,15 @@ def bootstrap(
                 "bandwidthGbps": {o: bandwidth_gbps for o in names if o != name},
             },
         }
-        try:
-            custom.create_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", body)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-    api.close()
+        for name in names
+    ]
+    register(
+        hub_kubeconfig.read_text(),
+        namespace,
+        configmaps=[policy_configmap(text, namespace)],
+        secrets=secrets,
+        members=bodies,
+    )
 
 
 def bootstrap_testbed(tb: Any, *, policy_yaml: str | None = None) -> None:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from cpn.api.kubeconfig import context_namespace
-from cpn.explain import _target, live_view, render_live
+from cpn.cli.explain import _target, live_view, render_live
 
 WAITING = {
     "metadata": {"namespace": "team-a", "name": "llama-5"},
