@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
 
