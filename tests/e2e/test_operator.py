@@ -56,6 +56,24 @@ def test_aijobs_run_where_planned_and_succeed(hub: Hub, namespace: str) -> None:
         assert status["gpuType"] == "A100-80GB"
 
 
+def test_data_on_the_cluster_that_sorts_last_brings_the_job_there(hub: Hub, namespace: str) -> None:
+    """5,000 GB of data on member-b: moving it to member-a's faster A100s (10 Gbps, ~4,000 s)
+    costs more than the V100s' longer runtime, so cpn picks member-b, the cluster a
+    first-fit placer (name order) would not pick; the runner-up carries the transfer."""
+    doc = aijob("near-data", data={"sizeGB": 5000, "cluster": "member-b"})
+    assert apply(hub, namespace, doc).returncode == 0
+    # status.placement is shown while the job is placed (Dispatched or Running)
+    status = wait_status(hub, namespace, "near-data", timeout_s=120, phase="Running")
+    assert (status["cluster"], status["gpuType"]) == ("member-b", "V100-32GB")
+    assert status["transferSeconds"] == 0
+    runner_up = status["placement"]["runnerUp"]
+    assert runner_up["cluster"] == "member-a"
+    assert runner_up["transferSeconds"] == pytest.approx(5000 * 8 / 10, rel=0.01)
+    chosen = status["placement"]["chosen"]
+    assert chosen["completionSeconds"] < runner_up["completionSeconds"]
+    wait_status(hub, namespace, "near-data", timeout_s=120, phase="Succeeded")
+
+
 def test_waiting_jobs_show_position_eta_and_reason(hub: Hub, namespace: str) -> None:
     """When the clusters are full, waiting AIJobs show a position, an ETA and why they wait."""
     long = {"A100-80GB": "40s", "V100-32GB": "60s"}
