@@ -7,6 +7,7 @@ import http.client
 import json
 import socket
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
-from kubernetes.client.exceptions import ServiceException
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException, ServiceException
 from urllib3.exceptions import ProtocolError
 
 from cpn.adapters.kube import client_from_kubeconfig
@@ -233,6 +234,80 @@ def member_jobs_by_uid(tb: Testbed) -> Counter[str]:
             )
             counts.update(j.metadata.labels["cpn.io/aijob-uid"] for j in jobs.items)
     return counts
+
+
+class JobCreations:
+    """Every cpn member Job created on the bed's members while it runs, seen by watch: a
+    Job created and deleted again still counts (a list at the end would miss it)."""
+
+    def __init__(self, tb: Testbed) -> None:
+        self.tb = tb
+        self.seen: dict[str, set[str]] = {}  # AIJob UID -> UIDs of member Jobs made for it
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(len(tb.members) + 1)
+        self._threads = [
+            threading.Thread(target=self._follow, args=(m,), daemon=True) for m in tb.members
+        ]
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter({uid: len(jobs) for uid, jobs in self.seen.items()})
+
+    def _add(self, job: Any) -> None:
+        origin = (job.metadata.labels or {}).get("cpn.io/aijob-uid")
+        if origin:
+            with self._lock:
+                self.seen.setdefault(origin, set()).add(job.metadata.uid)
+
+    def _follow(self, member: str) -> None:
+        with self.tb.api_client(member) as api:
+            batch = client.BatchV1Api(api)
+            version, first = None, True
+            while not self._stop.is_set():
+                try:
+                    if version is None:  # (re)list: what exists now, and where to watch from
+                        listed = batch.list_job_for_all_namespaces(
+                            label_selector="cpn.io/aijob-uid"
+                        )
+                        for job in listed.items:
+                            self._add(job)
+                        version = listed.metadata.resource_version
+                        if first:
+                            first = False
+                            self._ready.wait()
+                    stream = watch.Watch().stream(
+                        batch.list_job_for_all_namespaces,
+                        label_selector="cpn.io/aijob-uid",
+                        resource_version=version,
+                        timeout_seconds=5,
+                        allow_watch_bookmarks=True,
+                    )
+                    for event in stream:
+                        obj = event["object"]
+                        version = obj.metadata.resource_version
+                        if event["type"] in {"ADDED", "MODIFIED"}:
+                            self._add(obj)
+                except ApiException as exc:
+                    if exc.status != 410:
+                        self.errors.append(f"{member}: {exc.status} {exc.reason}")
+                    version = None  # expired: list again (a Job made and gone meanwhile is lost)
+                except Exception as exc:  # a member restarting: keep following
+                    self.errors.append(f"{member}: {type(exc).__name__}")
+                    version = None
+                    self._stop.wait(0.5)
+
+    def __enter__(self) -> JobCreations:
+        for thread in self._threads:
+            thread.start()
+        self._ready.wait(timeout=60)  # every member listed: nothing created from now is missed
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
 
 
 def printed_table(text: str) -> list[dict[str, str]]:

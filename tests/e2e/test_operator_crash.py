@@ -9,11 +9,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
 
 from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import (
     Hub,
+    JobCreations,
     aijob,
     apply,
     member_jobs_by_uid,
@@ -52,7 +54,7 @@ def test_sigkill_while_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) 
         )
         for i in range(JOBS)
     ]
-    with new_namespace(hub, "crash") as namespace:
+    with new_namespace(hub, "crash") as namespace, JobCreations(hub.tb) as created:
         assert apply(hub, namespace, *docs).returncode == 0
         marks = sorted(rng.sample(range(JOBS // 20, JOBS * 4 // 5), 4))
         for n, kill_after in enumerate(marks):  # AIJobs finished when each kill lands
@@ -85,7 +87,40 @@ def test_sigkill_while_aijobs_flow_loses_and_duplicates_nothing(crash_hub: Hub) 
             every_s=2.0,
         )
         uids = {i["metadata"]["uid"] for i in hub.aijobs(namespace)}
-        counts = member_jobs_by_uid(hub.tb)
-        twice = {uid: n for uid, n in counts.items() if uid in uids and n > 1}
-        assert twice == {}, f"AIJobs with more than one member Job: {twice}"
-        assert uids <= set(counts), "every AIJob ran as a member Job"
+        # every member Job ever created, by watch: one run, deleted and run again, counts 2
+        ever = created.counts()
+        twice = {uid: n for uid, n in ever.items() if uid in uids and n > 1}
+        assert twice == {}, f"AIJobs with more than one member Job ever created: {twice}"
+        assert uids <= set(ever), f"every AIJob ran as a member Job ({created.errors[:5]})"
+        assert uids <= set(member_jobs_by_uid(hub.tb)), "and its member Job is still there"
+
+
+def test_the_soaks_counter_sees_a_job_run_twice_in_sequence(testbed: Testbed) -> None:
+    """A member Job created, deleted and created again for one AIJob counts 2 by watch,
+    while a list at the end sees 1: the soak above would catch a job run twice."""
+    origin = f"fake-{random.Random().randrange(1 << 30)}"
+    labels = {"cpn.io/aijob-uid": origin}
+    with testbed.api_client("member-a") as api, JobCreations(testbed) as created:
+        batch = client.BatchV1Api(api)
+        for attempt in (1, 2):
+            name = f"twice-{origin}-{attempt}"
+            body = client.V1Job(
+                metadata=client.V1ObjectMeta(name=name, labels=labels),
+                spec=client.V1JobSpec(
+                    template=client.V1PodTemplateSpec(
+                        spec=client.V1PodSpec(
+                            restart_policy="Never",
+                            containers=[client.V1Container(name="c", image="none")],
+                        )
+                    )
+                ),
+            )
+            batch.create_namespaced_job("default", body)
+            batch.delete_namespaced_job(name, "default", propagation_policy="Background")
+            wait_until(
+                lambda attempt=attempt: created.counts()[origin] == attempt,
+                timeout_s=30,
+                what=f"creation {attempt} seen",
+            )
+        assert member_jobs_by_uid(testbed)[origin] <= 1  # deleted: a list misses them
+    assert created.counts()[origin] == 2
