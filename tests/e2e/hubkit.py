@@ -191,9 +191,31 @@ def set_policy(hub: Hub, text: str) -> None:
 
 
 def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
-    """Reasons of the Events posted about an object."""
-    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    """Reasons of the Events posted about the AIJob ``name`` as it exists now (by its UID:
+    Events of an earlier object of the same name never count); of any object of that name
+    once it is gone."""
+    try:
+        uid = hub.aijob(namespace, name)["metadata"]["uid"]
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        uid = None
+    selector = f"involvedObject.name={name}" + (f",involvedObject.uid={uid}" if uid else "")
+    events = hub.core.list_namespaced_event(namespace, field_selector=selector)
     return [e.reason for e in events.items]
+
+
+def event_marks(hub: Hub, namespace: str, name: str) -> dict[str, int]:
+    """The Events about ``name`` so far (UID -> count), to tell new ones apart later."""
+    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return {e.metadata.uid: e.count or 1 for e in events.items}
+
+
+def new_events(hub: Hub, namespace: str, name: str, marks: dict[str, int]) -> list[str]:
+    """Reasons of the Events about ``name`` posted after ``marks`` was taken (a new Event,
+    or one counted again): an Event left by an earlier test never counts."""
+    events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return [e.reason for e in events.items if (e.count or 1) > marks.get(e.metadata.uid, 0)]
 
 
 def wait_status(

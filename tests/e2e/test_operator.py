@@ -18,7 +18,9 @@ from tests.e2e.hubkit import (
     Hub,
     aijob,
     apply,
+    event_marks,
     events_of,
+    new_events,
     new_namespace,
     printed_table,
     running_hub,
@@ -230,19 +232,24 @@ def test_policy_edit_changes_the_next_decision_and_bad_policy_is_refused(
             "patch", "configmap", "cpn-policy", "-n", "cpn-system", "--type=merge", "-p", patch
         )
 
+    def since(marks: dict[str, int]) -> list[str]:  # Events of this test's edits only
+        return new_events(hub, "cpn-system", "cpn-policy", marks)
+
     try:
+        marks = event_marks(hub, "cpn-system", "cpn-policy")
         set_policy(TEST_POLICY + "quotas: {groups: {vision: {gpus: 0}}}\n")
         wait_until(
-            lambda: "PolicyAccepted" in events_of(hub, "cpn-system", "cpn-policy"),
+            lambda: "PolicyAccepted" in since(marks),
             timeout_s=30,
             what="policy accepted",
         )
         assert apply(hub, namespace, aijob("capped")).returncode == 0
         status = wait_status(hub, namespace, "capped", timeout_s=30, reason="Quota")
         assert "vision" in status["message"]
+        marks = event_marks(hub, "cpn-system", "cpn-policy")
         set_policy(TEST_POLICY + "formula: '1 +'\n")
         wait_until(
-            lambda: "InvalidPolicy" in events_of(hub, "cpn-system", "cpn-policy"),
+            lambda: "InvalidPolicy" in since(marks),
             timeout_s=30,
             what="InvalidPolicy event",
         )
