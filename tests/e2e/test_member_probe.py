@@ -136,26 +136,34 @@ def test_hung_member_is_not_ready_in_seconds_and_its_jobs_requeue_from_the_first
     assert job.metadata.labels["cpn.io/attempt"] == "2"
 
 
-def test_stopped_member_is_not_ready_in_seconds_and_ready_after_its_restart(
-    hub: hubkit.Hub,
-) -> None:
-    """A plain stop (SIGTERM; the bed kills what is left after 10 s): Ready=False within
-    15 s of the stop, with the probe's error, whether the server still holds its watch
-    connections or is gone; Ready=True soon after it is back."""
+def stop_and_start(hub: hubkit.Hub, component: str) -> tuple[float, dict[str, Any], float]:
+    """Stop one of the member's components (SIGTERM; the bed kills what is left after
+    10 s) and start it again: seconds from the stop to Ready=False (polled while the stop
+    runs), that condition, and seconds from its return to health to Ready=True."""
     seconds_until_ready_is(hub, "True", timeout_s=30)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        stopping = pool.submit(hub.tb.stop_component, MEMBER, "kube-apiserver")
+        stopping = pool.submit(hub.tb.stop_component, MEMBER, component)
         try:
             not_ready_s, cond = seconds_until_ready_is(hub, "False", timeout_s=60)
             stopping.result()
         finally:
             stopping.exception()  # wait for the stop before starting it again
-            hub.tb.start_component(MEMBER, "kube-apiserver")
+            hub.tb.start_component(MEMBER, component)
     ready_again_s, _ = seconds_until_ready_is(hub, "True", timeout_s=60)
     print(
-        f"\nstop {MEMBER} kube-apiserver: Ready=False after {not_ready_s:.1f}s "
+        f"\nstop {MEMBER} {component}: Ready=False after {not_ready_s:.1f}s "
         f"({cond['message']}); started again: Ready=True after {ready_again_s:.1f}s"
     )
+    return not_ready_s, cond, ready_again_s
+
+
+def test_stopped_member_is_not_ready_in_seconds_and_ready_after_its_restart(
+    hub: hubkit.Hub,
+) -> None:
+    """A plain stop: Ready=False within 15 s of the stop, with the probe's error, whether
+    the server still holds its watch connections or is gone; Ready=True soon after it is
+    back."""
+    not_ready_s, cond, ready_again_s = stop_and_start(hub, "kube-apiserver")
     assert not_ready_s <= NOT_READY_WITHIN_S
     assert "GET /readyz" in cond["message"]
     assert ready_again_s <= 20.0  # probes at once; the watches list again (backoff <= 10 s)
@@ -212,19 +220,7 @@ def test_member_whose_etcd_stops_is_not_ready_while_its_api_server_runs(
     """The member's etcd stops: its API server still accepts connections (and serves its
     watches from its cache), but ``/readyz`` fails: Ready=False within 15 s, Ready=True
     again once etcd is back."""
-    seconds_until_ready_is(hub, "True", timeout_s=30)
-    try:
-        began = time.monotonic()
-        hub.tb.stop_component(MEMBER, "etcd")
-        _, cond = seconds_until_ready_is(hub, "False", timeout_s=60)
-        not_ready_s = time.monotonic() - began  # from before the stop
-    finally:
-        hub.tb.start_component(MEMBER, "etcd")
-    ready_again_s, _ = seconds_until_ready_is(hub, "True", timeout_s=60)
-    print(
-        f"\nstop {MEMBER} etcd: Ready=False after {not_ready_s:.1f}s ({cond['message']}); "
-        f"started again: Ready=True after {ready_again_s:.1f}s"
-    )
+    not_ready_s, cond, ready_again_s = stop_and_start(hub, "etcd")
     assert not_ready_s <= NOT_READY_WITHIN_S
     assert "GET /readyz" in cond["message"]
     assert ready_again_s <= 30.0
