@@ -40,7 +40,7 @@ WATCH_TIMEOUT_S = 60
 #: always ends a watch at its ``timeoutSeconds`` (at 60.0 s): past that a silent watch is a
 #: dead connection or a hung server, not a quiet cluster.
 WATCH_SILENCE_SLACK_S = 10
-#: Seconds to connect (TCP and TLS) when a watch or list starts.
+#: Seconds to connect (TCP and TLS) when a watch starts.
 CONNECT_S = 10
 
 #: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
