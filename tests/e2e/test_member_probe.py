@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cpn.adapters.kube import Informer
-from cpn.devbed import wait_until
+from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e import hubkit
 from tests.e2e.test_faults import member_condition, uid_of
