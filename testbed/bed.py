@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import sys
@@ -683,6 +684,22 @@ class Testbed:
             raise TestbedError(f"{key} is not part of this bed")
         if procs.stop([proc]):
             raise TestbedError(f"could not stop {key} (pid {proc.pid})")
+
+    @contextlib.contextmanager
+    def paused(self, cluster: str, component: str) -> Iterator[int]:
+        """Hang one component for the body of the ``with`` (SIGSTOP: its connections stay
+        open and nothing answers, as with a hung server or a black-holed link); it is
+        always resumed (SIGCONT) after, even when the body fails. Yields its pid."""
+        key = f"{cluster}/{component}"
+        proc = self._procs.get(key)
+        if proc is None or not procs.alive(proc):
+            raise TestbedError(f"{key} is not running")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield proc.pid
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
 
     def start_component(self, cluster: str, component: str, *, timeout_s: float = 60.0) -> None:
         """Start a stopped component again and wait until it is healthy."""

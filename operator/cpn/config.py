@@ -22,10 +22,11 @@ class OperatorConfig:
     debounce_s: float = 0.2
     """Events within this window are merged into one cycle."""
     member_grace_s: float = 5.0
-    """A member whose watches fail this long is NotReady: nothing new is placed there."""
+    """A member whose probes (``GET /readyz``) miss, or whose watches fail, this long is
+    NotReady: nothing new is placed there."""
     member_timeout_s: float = 60.0
-    """A member NotReady this long loses its jobs: they are requeued, and their old member
-    Jobs are deleted when it comes back."""
+    """A member NotReady this long (counted from its first missed probe) loses its jobs:
+    they are requeued, and their old member Jobs are deleted when it comes back."""
     metrics_max_age_s: float = 120.0
     """Prometheus samples older than this are ignored (the API's accounting still holds)."""
     history_db: str = ""

@@ -84,7 +84,7 @@ def test_member_apiserver_down_requeues_its_jobs_and_nothing_runs_twice(
             what="member-b NotReady",
         )
         assert ready["reason"] == "Unreachable"
-        assert "member-b/" in ready["message"]  # names the failing watch and its error
+        assert "GET /readyz" in ready["message"]  # names the failing probe and its error
         # Nothing new goes to the dead member: a V100-only job waits, one that may use
         # either type runs on member-a.
         late = [

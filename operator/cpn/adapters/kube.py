@@ -23,11 +23,25 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
 
 log = logging.getLogger(__name__)
 
 #: Objects per page when an informer lists.
 LIST_PAGE = 500
+
+#: Seconds a watch asks the server to keep it open (``timeoutSeconds``); the server then
+#: ends it and it is opened again from the last version seen.
+WATCH_TIMEOUT_S = 60
+#: A watch that delivers nothing (no event, no bookmark, not its end) for its
+#: ``timeoutSeconds`` and this much more is suspect: it is dropped and opened again from
+#: the last version seen. kube-apiserver sends a bookmark about every minute (59-60 s apart
+#: on the test bed), but none when nothing of the kind changed since the watch began, and it
+#: always ends a watch at its ``timeoutSeconds`` (at 60.0 s): past that a silent watch is a
+#: dead connection or a hung server, not a quiet cluster.
+WATCH_SILENCE_SLACK_S = 10
+#: Seconds to connect (TCP and TLS) when a watch starts.
+CONNECT_S = 10
 
 #: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
 EventFn = Callable[[str, Mapping[str, Any] | None], None]
@@ -98,7 +112,8 @@ class Informer:
         list_fn: Callable[..., Any],
         on_event: EventFn,
         *,
-        timeout_s: int = 60,
+        timeout_s: int = WATCH_TIMEOUT_S,
+        silence_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         self.name = name
@@ -107,6 +122,9 @@ class Informer:
         self._on_event = on_event
         self._kwargs = kwargs
         self._timeout_s = timeout_s
+        self.silence_s = silence_s if silence_s is not None else timeout_s + WATCH_SILENCE_SLACK_S
+        self.watches = 0  # watches opened
+        self.silent_watches = 0  # watches dropped for delivering nothing for silence_s
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
         self.synced = threading.Event()
@@ -180,28 +198,42 @@ class Informer:
     def _watch_from(self, version: str) -> None:
         while not self._stop.is_set():
             self._watch = watch.Watch()
+            self.watches += 1
             stream = self._watch.stream(
                 self._list,
                 resource_version=version,
                 timeout_seconds=self._timeout_s,
                 allow_watch_bookmarks=True,
                 deserialize=False,  # the server's JSON, no client models
-                _request_timeout=self._timeout_s + 15,
+                # (connect, read): the read timeout is the longest silence between bytes
+                _request_timeout=(CONNECT_S, self.silence_s),
                 **self._kwargs,
             )
-            for event in stream:
-                kind = event["type"]
-                data = event["object"]
-                if kind == "ERROR":
-                    if data.get("code") == 410:
-                        return  # expired: re-list
-                    raise RuntimeError(f"watch error: {data}")
-                version = str((data.get("metadata") or {}).get("resourceVersion") or version)
-                self.last_ok = time.monotonic()
-                self.healthy = True
-                if kind == "BOOKMARK":
-                    continue
-                self._on_event(kind, _slim(data))
+            try:
+                for event in stream:
+                    kind = event["type"]
+                    data = event["object"]
+                    if kind == "ERROR":
+                        if data.get("code") == 410:
+                            return  # expired: re-list
+                        raise RuntimeError(f"watch error: {data}")
+                    version = str((data.get("metadata") or {}).get("resourceVersion") or version)
+                    self.last_ok = time.monotonic()
+                    self.healthy = True
+                    if kind == "BOOKMARK":
+                        continue
+                    self._on_event(kind, _slim(data))
+            except ReadTimeoutError:
+                # Silent past any bookmark and past its own end: open it again from the
+                # last version (a list only if that fails too).
+                self.silent_watches += 1
+                log.warning(
+                    "watch %s delivered nothing for %.0fs: suspect; watching again from %s",
+                    self.name,
+                    self.silence_s,
+                    version,
+                )
+                continue
             self.last_ok = time.monotonic()
             # stream ended by timeout: resume from the last version seen
 

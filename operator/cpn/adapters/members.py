@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
 from cpn.adapters.kube import Informer
+from cpn.adapters.probe import ProbeFn, Prober
 from cpn.api import constants as k
 from cpn.core.capacity import Usage
 from cpn.core.model import Cluster, Node
@@ -73,7 +74,12 @@ class Member:
     """One member cluster as the hub sees it."""
 
     def __init__(
-        self, spec: MemberSpec, api: client.ApiClient, hub: str, on_event: MemberEventFn
+        self,
+        spec: MemberSpec,
+        api: client.ApiClient,
+        hub: str,
+        on_event: MemberEventFn,
+        on_probe: ProbeFn | None = None,
     ) -> None:
         self.spec = spec
         self.api = api
@@ -107,6 +113,9 @@ class Member:
                 label_selector=f"{k.LABEL_HUB}={hub}",
             ),
         ]
+        # Its API server probed on a schedule of its own (None: not probed, as in tests of
+        # the inventory alone).
+        self.prober = Prober(name, api, on_probe) if on_probe is not None else None
         self.unknown_types: set[str] = set()
         self._parsed: dict[str, tuple[str | None, Node | None]] = {}  # name -> (version, node)
         # name -> (parsed node, what is free on it, the node with it): the last answer
@@ -117,19 +126,30 @@ class Member:
         return self.spec.name
 
     def start(self) -> None:
+        if self.prober is not None:
+            self.prober.start()
         for informer in self.informers:
             informer.start()
 
     def stop(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
         for informer in self.informers:
             informer.stop()
+
+    @property
+    def probe_overdue_s(self) -> float:
+        """Seconds without a probe result that count as a missed probe."""
+        return self.prober.overdue_s if self.prober is not None else 0.0
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
     def ready(self, grace_s: float) -> tuple[bool, str]:
-        """Whether the member answers, and why not. A watch that broke is given ``grace_s``
-        to re-list before the member counts as unreachable (watches end and resume)."""
+        """Whether its watches are listed and running, and why not. A watch that broke is
+        given ``grace_s`` to re-list before the member counts as unreachable (watches end
+        and resume). Whether its API server answers at all is the probe's part
+        (:class:`~cpn.adapters.probe.Prober`)."""
         now = time.monotonic()
         for informer in self.informers:
             if not informer.synced.is_set():

@@ -62,6 +62,7 @@ from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.gang import Gang, judge_start
+from cpn.core.health import Health, Probe, Probes, health
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
@@ -145,6 +146,8 @@ class Runtime:
         self.policy_error = ""
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}
+        self.probes: dict[str, Probes] = {}  # each member's probe results, folded
+        self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
@@ -453,6 +456,7 @@ class Runtime:
             old.stop()
         if event == "DELETED":
             self.member_status.pop(name, None)
+            self.probes.pop(name, None)
             self.kick()
             return
         spec = body.get("spec") or {}
@@ -486,7 +490,9 @@ class Runtime:
             bandwidth_gbps={str(a): float(b) for a, b in (spec.get("bandwidthGbps") or {}).items()},
             unschedulable=bool(spec.get("unschedulable", False)),
         )
-        member = Member(member_spec, api, self.config.hub, self._member_callback)
+        member = Member(
+            member_spec, api, self.config.hub, self._member_callback, self._probe_callback
+        )
         if member_spec.prometheus_url:
             self.metrics[name] = MetricsSource(
                 member_spec.prometheus_url, max_age_s=self.config.metrics_max_age_s
@@ -522,6 +528,64 @@ class Runtime:
                 self.kick()
         elif kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
             self.kick()
+
+    # -- member health --------------------------------------------------------------------------
+    def _probe_callback(self, member: str, probe: Probe) -> None:
+        self._threadsafe(self._on_probe, member, probe)
+
+    def _on_probe(self, name: str, probe: Probe) -> None:
+        """A probe's result: a cycle at once when it turns the member's verdict, or when the
+        member's jobs are due to be requeued (the cycle writes and requeues)."""
+        if name not in self.members:
+            return
+        self.probes[name] = self.probes.get(name, Probes()).add(probe)
+        now = time.monotonic()
+        verdict = self.member_health(name, now)
+        if verdict.ready != self._probe_ready.get(name):
+            self._probe_ready[name] = verdict.ready
+            log.log(
+                logging.INFO if verdict.ready else logging.WARNING,
+                "member %s: %s %s",
+                name,
+                verdict.reason,
+                verdict.message,
+            )
+            self.kick()
+        elif (
+            verdict.since_s is not None
+            and now - verdict.since_s >= self.config.member_timeout_s
+            and any(r.cluster == name for r in self.store.active())
+        ):
+            self.kick()
+
+    def member_health(self, name: str, now: float) -> Health:
+        """What the member's probes say at ``now`` (monotonic seconds)."""
+        member = self.members.get(name)
+        overdue = member.probe_overdue_s if member is not None else 0.0
+        return health(
+            self.probes.get(name, Probes()),
+            now,
+            grace_s=self.config.member_grace_s,
+            overdue_s=overdue,
+        )
+
+    def _member_ready(self, member: Member, now: float) -> tuple[bool, str]:
+        """Ready when its probes answer and its watches run (else why not: the probe's
+        error, then the failing watch's); not ready since its first missed probe, or since
+        now when only its watches fail."""
+        verdict = self.member_health(member.name, now)
+        ready, why = member.ready(self.config.member_grace_s)
+        if not verdict.ready:
+            why = verdict.message if ready else f"{verdict.message}; {why}"
+            ready = False
+        if ready:
+            self._not_ready_since.pop(member.name, None)
+        else:
+            since = verdict.since_s if verdict.since_s is not None else now
+            self._not_ready_since[member.name] = min(
+                self._not_ready_since.get(member.name, since), since
+            )
+        return ready, why
 
     # -- following member Jobs -----------------------------------------------------------------
     def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
@@ -788,12 +852,8 @@ class Runtime:
             for node in record.nodes:
                 on[node] = max(on.get(node, 0.0), began)
         for name, member in sorted(self.members.items()):
-            ready, why = member.ready(self.config.member_grace_s)
+            ready, why = self._member_ready(member, now)
             self.member_status[name] = (ready, why)
-            if ready:
-                self._not_ready_since.pop(name, None)
-            else:
-                self._not_ready_since.setdefault(name, now)
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
             util = self._cpu_util(name, started.get(name, {}))
             clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
