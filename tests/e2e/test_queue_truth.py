@@ -114,7 +114,12 @@ def test_positions_are_one_to_n_and_no_eta_is_past_while_the_queue_moves(hub: Hu
                     places[item["status"]["queue"]].append(item["status"]["position"])
                     seen_waiting.add(item["metadata"]["name"])
                 else:  # not ranked: said why
-                    assert item["status"].get("reason") in {"Starting", "Backoff", "Retrying"}, item
+                    assert item["status"].get("reason") in {
+                        "Pending",
+                        "Starting",
+                        "Backoff",
+                        "Retrying",
+                    }, item
             exact = all(sorted(p) == list(range(1, len(p) + 1)) for p in places.values())
             if pending_before == pending_after == 0 and sent_before == sent_after:
                 settled += 1

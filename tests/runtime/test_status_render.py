@@ -11,7 +11,7 @@ from cpn.api.aijob import parse_time as parse_rfc3339
 from cpn.api.status import IMMINENT
 from cpn.core.model import Hold, WaitReason
 from cpn.core.policy import QueuePolicy
-from cpn.runtime.status import queue_of, render_status
+from cpn.runtime.status import PENDING_MESSAGE, queue_of, render_status
 from cpn.runtime.store import Record, Store
 from tests.runtime.test_store import FixedEstimator, body
 
@@ -143,3 +143,11 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     later, _ = render_status(rec, NOW + 120)
     before = conditions(first)[k.COND_ADMITTED]["lastTransitionTime"]
     assert conditions(later)[k.COND_ADMITTED]["lastTransitionTime"] == before
+
+
+def test_a_job_no_cycle_has_ranked_yet_says_so() -> None:
+    """Just submitted: Queued, no position, and a reason a researcher can read (never blank)."""
+    status, _ = render_status(record(phase=k.PHASE_QUEUED), NOW)
+    assert "position" not in status
+    assert (status["reason"], status["message"]) == ("Pending", PENDING_MESSAGE)
+    assert conditions(status)[k.COND_ADMITTED]["reason"] == "Pending"

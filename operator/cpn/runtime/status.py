@@ -25,6 +25,10 @@ from cpn.core.explain import CandidateView, Choice
 from cpn.core.policy import DEFAULT_QUEUE
 from cpn.runtime.store import Record, preemption_status
 
+#: The reason and message of a queued job no cycle has ranked yet.
+PENDING = "Pending"
+PENDING_MESSAGE = "not ranked yet: waiting for the next scheduling cycle"
+
 
 def render_status(
     record: Record, now_s: float, member_namespace: str = ""
@@ -40,6 +44,8 @@ def render_status(
     prev = record.written.get("conditions") or []
     gen = record.generation
     waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
+    # queued but not yet seen by a cycle (just submitted, or the first cycle is still due)
+    unranked = record.phase == k.PHASE_QUEUED and not record.reason and not record.invalid
     status: dict[str, Any] = {
         "phase": record.phase,
         "queue": queue_of(record),
@@ -49,8 +55,8 @@ def render_status(
         "position": (record.position or None) if record.phase == k.PHASE_QUEUED else None,
         "score": round(hold.score, 3) if hold else None,
         "gpus": gpus,
-        "reason": record.reason,
-        "message": record.message or record.invalid,
+        "reason": record.reason or (PENDING if unranked else ""),
+        "message": record.message or record.invalid or (PENDING_MESSAGE if unranked else ""),
         "predicted": human_duration(best) if best else "",
         "predictedRuntimeSeconds": {t: round(v, 1) for t, v in sorted(predicted.items())},
         "attempts": record.attempts,
@@ -105,7 +111,7 @@ def render_status(
         condition(
             k.COND_ADMITTED,
             record.phase not in {k.PHASE_QUEUED, k.PHASE_SUSPENDED, k.PHASE_INVALID},
-            record.reason or "Pending",
+            record.reason or PENDING,
             explanation(record, status, now_s),
             generation=gen,
             now_s=now_s,
