@@ -61,9 +61,6 @@ PRESETS: dict[str, QueuePolicy] = {
     ),
 }
 
-#: Orderings under which a job that does not fit blocks every job behind it.
-STRICT_ORDERINGS = frozenset({"fifo"})
-
 
 def preset_policy(name: str) -> QueuePolicy:
     """The named policy; raises KeyError naming the known ones."""

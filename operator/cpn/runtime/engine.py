@@ -665,9 +665,11 @@ class Runtime:
     def _start_deadlines(self) -> None:
         """Attempts of reachable members whose workers have not all started in time go."""
         for record in self.store.active():
+            if record.phase != k.PHASE_DISPATCHED or not record.dispatch_s:
+                continue  # running ones were judged when their workers started
             member = self.members.get(record.cluster)
             reachable = self.member_status.get(record.cluster, (False, ""))[0]
-            if member is not None and record.dispatch_s and reachable:
+            if member is not None and reachable:
                 self._judge_start(record, member.jobs.get(record.member_job))
 
     def _adopt(self, record: Record, member: Member, job: Mapping[str, Any], attempt: int) -> None:
