@@ -17,6 +17,7 @@ from cpn.decisions import read_log
 from cpn.runtime.metrics import Observer, OperatorMetrics, serve
 from cpn.runtime.store import Record
 from tests.builders import cluster, job, nodes, running, snapshot
+from tests.runtime.fakes import FakeClock
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -111,7 +112,7 @@ def test_job_life_fills_wait_jct_dispatch_and_prediction_error() -> None:
         actual_s=60.0,
     )
     metrics.ended("Failed", queue="", submit_s=100.0, finish_s=120.0)
-    observer = Observer(OperatorConfig(), metrics=metrics)
+    observer = Observer(OperatorConfig(), metrics=metrics, clock=FakeClock())
     observer.dispatch_failed("west")
     observer.retrying()
     got = samples(metrics)
@@ -166,19 +167,19 @@ def test_server_serves_metrics_health_and_readiness() -> None:
 
 def test_observer_ready_after_a_recent_cycle_and_logs_decisions(tmp_path: Path) -> None:
     """Not ready before any cycle, ready after one, not ready once cycles stop for 3 intervals."""
-    clock = {"now": 0.0}
+    clock = FakeClock(now=0.0, wall_s=5.0)
     path = tmp_path / "d.jsonl"
     config = OperatorConfig(interval_s=10.0, decision_log=str(path))
-    observer = Observer(config, monotonic=lambda: clock["now"], wall=lambda: 5.0)
+    observer = Observer(config, clock=clock)
     observer.start()
     assert observer.server is None  # metrics_port 0: no server
     assert not observer.ready()[0]
     snap = busy_snapshot()
     plan = plan_cycle(snap)
     asyncio.run(observer.cycle(1, snap, plan, 0.05))
-    clock["now"] = 29.0
+    clock.now = 29.0
     assert observer.ready()[0]
-    clock["now"] = 31.0
+    clock.now = 31.0
     assert not observer.ready()[0]
     observer.stop()
     (decision,) = read_log(path)
@@ -187,7 +188,7 @@ def test_observer_ready_after_a_recent_cycle_and_logs_decisions(tmp_path: Path) 
 
 def test_observer_takes_job_facts_from_records() -> None:
     """Engine records feed the histograms: JCT from creation to finish, error from prediction."""
-    observer = Observer(OperatorConfig())
+    observer = Observer(OperatorConfig(), clock=FakeClock())
     record = Record(
         key="ns/a", namespace="ns", name="a", uid="u", generation=1, body={}, user="u", group="g"
     )
@@ -207,7 +208,7 @@ def test_observer_keeps_scheduling_when_the_port_is_taken() -> None:
     taken = serve(OperatorMetrics(), "127.0.0.1", 0, lambda: (True, ""))
     try:
         port = taken.server_address[1]
-        observer = Observer(OperatorConfig(metrics_port=port))
+        observer = Observer(OperatorConfig(metrics_port=port), clock=FakeClock())
         observer.start()
         assert observer.server is None
         observer.stop()
@@ -219,7 +220,7 @@ def test_observer_keeps_scheduling_when_the_port_is_taken() -> None:
 def test_decision_records_keep_cycle_order_and_failures_are_counted(tmp_path: Path) -> None:
     """Records written off the loop stay in cycle order; a failing write is counted, not raised."""
     path = tmp_path / "d.jsonl"
-    observer = Observer(OperatorConfig(decision_log=str(path)))
+    observer = Observer(OperatorConfig(decision_log=str(path)), clock=FakeClock())
     observer.start()
     snap = busy_snapshot()
     plan = plan_cycle(snap)

@@ -25,6 +25,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
+from cpn.runtime.ports import CallFailed, describe
+
 log = logging.getLogger(__name__)
 
 #: Objects per page when an informer lists.
@@ -63,18 +65,22 @@ def refused(err: BaseException) -> bool:
 def error_line(err: BaseException, limit: int = 400) -> str:
     """An API call's failure in one line: ``422 Invalid: <the Status message>`` from the
     Kubernetes Status body (never the client's HTTP headers), else the exception's text."""
-    if isinstance(err, ApiException):
-        status: Any = {}
-        with contextlib.suppress(TypeError, ValueError):
-            status = json.loads(err.body or "{}")
-        status = status if isinstance(status, Mapping) else {}
-        reason = status.get("reason") or err.reason or "Error"
-        message = status.get("message") or ""
-        text = f"{err.status} {reason}" + (f": {message}" if message else "")
-    else:
-        text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if not isinstance(err, ApiException):
+        return describe(err, limit)
+    status: Any = {}
+    with contextlib.suppress(TypeError, ValueError):
+        status = json.loads(err.body or "{}")
+    status = status if isinstance(status, Mapping) else {}
+    reason = status.get("reason") or err.reason or "Error"
+    message = status.get("message") or ""
+    return describe(
+        CallFailed(f"{err.status} {reason}" + (f": {message}" if message else "")), limit
+    )
+
+
+def call_failed(err: ApiException) -> CallFailed:
+    """The client's exception as the runtime's :class:`~cpn.runtime.ports.CallFailed`."""
+    return CallFailed(error_line(err), status=err.status, refused=refused(err))
 
 
 def client_from_kubeconfig(kubeconfig: Mapping[str, Any] | str) -> client.ApiClient:

@@ -9,8 +9,6 @@ starts while the live one is broken or gone starts from that copy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,23 +17,14 @@ from kubernetes.client.exceptions import ApiException
 
 from cpn.api import constants as k
 from cpn.api.policy import CONFIGMAP_KEY
+from cpn.runtime.ports import SavedPolicy
 
 ANNOTATION_VERSION = "cpn.io/policy-version"
 ANNOTATION_ACCEPTED = "cpn.io/accepted-at"
 
 
-def last_good_name(policy_configmap: str) -> str:
-    return f"{policy_configmap}-last-good"
-
-
-@dataclass(frozen=True, slots=True)
-class Saved:
-    """The saved copy: the document, the version it had when accepted, and when."""
-
-    text: str
-    version: str
-    accepted_at: str
-    body: Mapping[str, Any]  # the ConfigMap, for Events about it
+#: The saved copy (the document, its version when accepted, when, and the ConfigMap).
+Saved = SavedPolicy
 
 
 def save(api: client.ApiClient, namespace: str, name: str, text: str, version: str) -> None:

@@ -248,3 +248,10 @@ def leading() -> bool:
     """False once this process may no longer act as the leader; True without election.
     The scheduling loop asks before every cycle and every dispatch (fencing)."""
     return _renewer is None or _renewer.holding()
+
+
+class LeaseLeadership:
+    """The runtime's :class:`~cpn.runtime.ports.Leadership` port: :func:`leading`."""
+
+    def leading(self) -> bool:
+        return leading()

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from cpn.adapters.kube import Informer
+from cpn.adapters.kube import Informer, call_failed
 from cpn.adapters.probe import ProbeFn, Prober
 from cpn.api import constants as k
 from cpn.core.capacity import Usage
@@ -305,7 +305,14 @@ class Member:
 
     # -- writes (called from worker threads) ---------------------------------------------
     def create_job(self, manifest: Mapping[str, Any]) -> str:
-        """Create a member Job; AlreadyExists counts as success. Returns the Job's uid or ""."""
+        """Create a member Job; AlreadyExists counts as success. Returns the Job's uid or "".
+        A failure the API server answers raises :class:`~cpn.runtime.ports.CallFailed`."""
+        try:
+            return self._create_job(manifest)
+        except ApiException as err:
+            raise call_failed(err) from err
+
+    def _create_job(self, manifest: Mapping[str, Any]) -> str:
         namespace = manifest["metadata"]["namespace"]
         try:
             return self._create(namespace, manifest)
@@ -345,4 +352,4 @@ class Member:
             )
         except ApiException as err:
             if err.status != 404:
-                raise
+                raise call_failed(err) from err

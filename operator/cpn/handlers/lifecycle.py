@@ -9,9 +9,11 @@ from typing import Any
 import kopf
 
 from cpn.adapters import lease
+from cpn.adapters.clock import SystemClock
+from cpn.adapters.hub import KubeHub
 from cpn.adapters.kube import hub_client
 from cpn.config import load_config
-from cpn.runtime.engine import Runtime
+from cpn.runtime.engine import WRITE_WORKERS, Runtime
 
 
 def build_estimator(history_db: str, artifact: str) -> Any:
@@ -35,8 +37,10 @@ async def operator_started(
     settings.networking.request_timeout = 60
     runtime = Runtime(
         config,
-        hub_client(),
+        KubeHub(hub_client(), config, threads=config.dispatch_workers + WRITE_WORKERS),
         build_estimator(config.history_db, config.predictor_artifact),
+        clock=SystemClock(),
+        leadership=lease.LeaseLeadership(),
     )
     memo.runtime = runtime
     memo.loop_task = asyncio.create_task(runtime.run(), name="cpn-scheduler")

@@ -23,7 +23,6 @@ so (3) never precedes (2).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
@@ -31,20 +30,9 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
-
-from cpn.adapters import lastgood
-from cpn.adapters.events import post_event
-from cpn.adapters.kube import Informer, client_from_kubeconfig, error_line, refused
-from cpn.adapters.lease import leading
-from cpn.adapters.members import Member, MemberSpec
-from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
 from cpn.api.jobs import render_job, workers_running
-from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
     IMMINENT,
@@ -66,6 +54,19 @@ from cpn.core.health import Health, Probe, Probes, health
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
+from cpn.runtime.ports import (
+    CallFailed,
+    Clock,
+    Hub,
+    Leadership,
+    Member,
+    MemberUnusable,
+    MetricsSource,
+    Watch,
+    WatchFn,
+    describe,
+    last_good_name,
+)
 from cpn.runtime.status import queue_of, render_status
 from cpn.runtime.store import (
     Packed,
@@ -98,22 +99,22 @@ class Runtime:
     def __init__(
         self,
         config: OperatorConfig,
-        hub: client.ApiClient,
+        hub: Hub,
         estimator: Estimator,
         *,
-        clock_fn: Callable[[], float] = time.time,
+        clock: Clock,
+        leadership: Leadership,
         post_event: EventPoster | None = None,
     ) -> None:
         self.config = config
         self.hub = hub
-        self.custom = client.CustomObjectsApi(hub)
-        self.core = client.CoreV1Api(hub)
+        self.leadership = leadership
         self.store = Store(QueuePolicy(), estimator)
         self.estimator = estimator
         self.members: dict[str, Member] = {}
         self.member_status: dict[str, tuple[bool, str]] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}
-        self.clock = clock_fn
+        self.clock = clock
         self.post_event: EventPoster = post_event if post_event is not None else self._post_event
         self.pool = ThreadPoolExecutor(
             max_workers=config.dispatch_workers, thread_name_prefix="cpn-api"
@@ -121,10 +122,9 @@ class Runtime:
         # Status patches and Events go through their own threads, so that a burst of them
         # never queues ahead of member Job creation.
         self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
-        self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst)
+        self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst, clock=clock.monotonic)
         self.writes = WriteQueue()
         self._write_workers: list[asyncio.Task[None]] = []
-        _widen_pool(hub, config.dispatch_workers + WRITE_WORKERS)
         self._writer: asyncio.Task[None] | None = None
         self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
         self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
@@ -137,8 +137,8 @@ class Runtime:
         self._saving: asyncio.Task[None] | None = None
         self._last_good: tuple[str, str] | None = None  # (document, version) to save
         self._policy_version: str | None = None
-        self._policy_informer: Informer | None = None
-        self._hub_informers: list[Informer] = []
+        self._policy_informer: Watch | None = None
+        self._hub_informers: list[Watch] = []
         self.aijobs_listed = False  # the sweep waits for it
         self.cycles = 0
         self.last_plan: CyclePlan | None = None
@@ -159,7 +159,7 @@ class Runtime:
         self.calibrator = WaitCalibrator()
         self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
         self._cycle_end = 0.0
-        self.observer = Observer(config)
+        self.observer = Observer(config, clock=clock)
         self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
 
@@ -288,26 +288,16 @@ class Runtime:
     async def watch_hub(self) -> None:
         """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""
         await self._watch_hub(
-            "namespaces", self.core.list_namespace, self.namespace_event, self._namespaces_listed
+            self.hub.watch_namespaces, self.namespace_event, self._namespaces_listed
         )
-        await self._watch_hub(
-            "aijobs",
-            self.custom.list_cluster_custom_object,
-            self.aijob_event,
-            self._aijobs_listed,
-            group=k.GROUP,
-            version=k.VERSION,
-            plural=k.AIJOB_PLURAL,
-        )
+        await self._watch_hub(self.hub.watch_aijobs, self.aijob_event, self._aijobs_listed)
         self.aijobs_listed = True
 
     async def _watch_hub(
         self,
-        name: str,
-        list_fn: Callable[..., Any],
+        watch: Callable[[WatchFn], Watch],
         on_change: Callable[[str, Mapping[str, Any]], None],
         on_list: Callable[[list[Mapping[str, Any]]], None],
-        **kwargs: Any,
     ) -> None:
         listed = asyncio.Event()
 
@@ -319,13 +309,11 @@ class Runtime:
             elif event == "SYNCED":  # after the LIST, in order, on the loop
                 self._threadsafe(listed.set)
 
-        informer = Informer(f"hub/{name}", self.hub, list_fn, on_event, **kwargs)
-        self._hub_informers.append(informer.start())
+        self._hub_informers.append(watch(on_event))
         await listed.wait()
 
-    def watch_policy(self) -> Informer:
+    def watch_policy(self) -> Watch:
         """Watch the one policy ConfigMap (namespaced, by name: least privilege)."""
-        core = client.CoreV1Api(self.hub)
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
@@ -333,16 +321,11 @@ class Runtime:
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
                 self._threadsafe(self._policy_from_watch, event, obj)
 
-        informer = Informer(
-            "policy",
-            self.hub,
-            core.list_namespaced_config_map,
-            on_event,
-            namespace=self.config.namespace,
-            field_selector=f"metadata.name={self.config.policy_configmap}",
+        informer = self.hub.watch_policy(
+            self.config.namespace, self.config.policy_configmap, on_event
         )
         self._policy_informer = informer
-        return informer.start()
+        return informer
 
     def _policy_listed(self, items: list[Mapping[str, Any]]) -> None:
         """The policy ConfigMap listed: taken when valid; otherwise, while nothing is in force
@@ -378,7 +361,7 @@ class Runtime:
 
     def policy_event(self, body: Mapping[str, Any]) -> str:
         """A new policy ConfigMap; returns "" when taken, else why it was refused. A taken
-        one is saved as the last good policy (:mod:`cpn.adapters.lastgood`)."""
+        one is saved as the last good policy (:meth:`~cpn.runtime.ports.Hub.save_last_good`)."""
         try:
             policy = parse_policy_configmap(body)
         except PolicyError as err:
@@ -394,30 +377,30 @@ class Runtime:
 
     async def _save_last_good(self) -> None:
         """Write the latest accepted policy to the last-good ConfigMap (the newest wins)."""
-        name = lastgood.last_good_name(self.config.policy_configmap)
+        name = last_good_name(self.config.policy_configmap)
         saved = None
         while self._last_good is not None and self._last_good != saved:
             saved = self._last_good
             try:
-                await self.call(lastgood.save, self.hub, self.config.namespace, name, *saved)
+                await self.call(self.hub.save_last_good, self.config.namespace, name, *saved)
             except Exception as err:
-                log.warning("last good policy not saved in %s: %s", name, error_line(err))
+                log.warning("last good policy not saved in %s: %s", name, describe(err))
                 return
             log.info("policy version %s saved as the last good one (%s)", saved[1], name)
 
     async def _restore_last_good(self, live: Mapping[str, Any] | None) -> None:
         """Start from the saved last good policy (the live one is broken or gone)."""
-        name = lastgood.last_good_name(self.config.policy_configmap)
+        name = last_good_name(self.config.policy_configmap)
         why = "is refused" if live is not None else "is missing"
         try:
-            saved = await self.call(lastgood.load, self.hub, self.config.namespace, name)
+            saved = await self.call(self.hub.load_last_good, self.config.namespace, name)
             if saved is None:
                 raise LookupError(f"there is no {name}")
             policy = parse_policy(saved.text, version=saved.version)
         except Exception as err:
             message = (
                 f"the policy ConfigMap {why} and no last good policy could be read "
-                f"({error_line(err)}): scheduling with the built-in defaults"
+                f"({describe(err)}): scheduling with the built-in defaults"
             )
             log.warning("%s", message)
             if live is not None:
@@ -460,42 +443,18 @@ class Runtime:
             self.kick()
             return
         spec = body.get("spec") or {}
-        secret_ref = spec.get("kubeconfigSecret") or {}
         try:
-            secret = await self.call(
-                self.core.read_namespaced_secret, secret_ref.get("name", ""), self.config.namespace
+            member = await self.call(
+                self.hub.connect_member, name, spec, self._member_callback, self._probe_callback
             )
-            raw = (secret.data or {}).get(secret_ref.get("key") or "kubeconfig")
-            if not raw:
-                raise ValueError(
-                    f"secret {secret_ref.get('name')} has no key "
-                    f"{secret_ref.get('key') or 'kubeconfig'!r}"
-                )
-            text = base64.b64decode(raw).decode()
-            problems = kubeconfig_problems(text)  # no exec plugins, no local files
-            if problems:
-                raise ValueError("; ".join(problems))
-            api = client_from_kubeconfig(text)
-            _widen_pool(api, self.config.dispatch_workers)
-        except (ApiException, ValueError, ConfigException) as err:
-            reason = getattr(err, "reason", None) or str(err)
-            self.member_status[name] = (False, f"kubeconfig: {reason}")
+        except MemberUnusable as err:
+            self.member_status[name] = (False, f"kubeconfig: {err}")
             await self.write_member_status(name, body)
             return
-        member_spec = MemberSpec(
-            name=name,
-            namespace=spec.get("namespace") or "cpn-jobs",
-            prometheus_url=spec.get("prometheusURL") or "",
-            location=spec.get("location") or "",
-            bandwidth_gbps={str(a): float(b) for a, b in (spec.get("bandwidthGbps") or {}).items()},
-            unschedulable=bool(spec.get("unschedulable", False)),
-        )
-        member = Member(
-            member_spec, api, self.config.hub, self._member_callback, self._probe_callback
-        )
-        if member_spec.prometheus_url:
-            self.metrics[name] = MetricsSource(
-                member_spec.prometheus_url, max_age_s=self.config.metrics_max_age_s
+        prometheus_url = spec.get("prometheusURL") or ""
+        if prometheus_url:
+            self.metrics[name] = self.hub.metrics_source(
+                prometheus_url, self.config.metrics_max_age_s
             )
         else:
             self.metrics.pop(name, None)
@@ -539,7 +498,7 @@ class Runtime:
         if name not in self.members:
             return
         self.probes[name] = self.probes.get(name, Probes()).add(probe)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         verdict = self.member_health(name, now)
         if verdict.ready != self._probe_ready.get(name):
             self._probe_ready[name] = verdict.ready
@@ -619,7 +578,7 @@ class Runtime:
         conditions = {
             c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
         }
-        now = self.clock()
+        now = self.clock.wall()
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
             finished = parse_time(status.get("completionTime")) or now
             self._succeeded(record, finished)
@@ -640,17 +599,17 @@ class Runtime:
             return
         if not record.dispatch_s and job is not None:  # restored after a restart
             created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-            record.dispatch_s = created or self.clock()
+            record.dispatch_s = created or self.clock.wall()
         wanted = record.job.workers if record.job is not None else 1
         running = workers_running((job or {}).get("status") or {})
         timeout_s = self.store.policy.retry.start_timeout_s
-        verdict = judge_start(wanted, running, record.dispatch_s, self.clock(), timeout_s)
+        verdict = judge_start(wanted, running, record.dispatch_s, self.clock.wall(), timeout_s)
         if verdict.action is Gang.REMOVE:
             log.warning("%s on %s: %s", record.key, record.cluster, verdict.message)
             self._attempt_failed(record, verdict.message, reason="StartTimeout")
         elif verdict.action is Gang.RUNNING:
             record.phase = k.PHASE_RUNNING
-            record.start_s = self.clock()
+            record.start_s = self.clock.wall()
             record.reason = "Running"
             record.message = f"running on {record.cluster} ({record.gpu_type})"
             if wanted > 1:
@@ -697,7 +656,7 @@ class Runtime:
         record.member_job = job["metadata"]["name"]
         record.gpu_type = annotations.get(k.ANNOTATION_GPU_TYPE, record.gpu_type)
         record.nodes = nodes
-        record.dispatch_s = self.clock()
+        record.dispatch_s = self.clock.wall()
         if record.job is not None:
             record.predicted_runtime_s = record.job.estimate.runtime_s.get(record.gpu_type, 0.0)
         self._write_soon(record)
@@ -732,7 +691,7 @@ class Runtime:
             self.pool.submit(_quiet, member.delete_job, record.member_job)
         if record.attempts >= retry.max_attempts:
             record.phase = k.PHASE_FAILED
-            record.finish_s = self.clock()
+            record.finish_s = self.clock.wall()
             record.reason = "Failed"
             record.message = f"attempt {record.attempts} failed ({why}); no retries left"
             self.observer.ended(record)
@@ -740,7 +699,7 @@ class Runtime:
         else:
             delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
             record.phase = k.PHASE_QUEUED
-            record.not_before_s = self.clock() + delay
+            record.not_before_s = self.clock.wall() + delay
             record.reason = reason
             self.observer.retrying()
             record.message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
@@ -759,8 +718,8 @@ class Runtime:
     # -- the loop -----------------------------------------------------------------------------
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + timeout_s
+        while self.clock.monotonic() < deadline:
             if all(m.synced() for m in self.members.values()):
                 return
             await asyncio.sleep(0.05)
@@ -794,11 +753,13 @@ class Runtime:
             await asyncio.sleep(self.config.debounce_s)
             # Pace: cycles (plan_cycle is a thread holding the GIL) get at most half of the
             # time, so events, dispatches and status writes keep flowing with a long queue.
-            rest = self._cycle_wall_s - (time.monotonic() - self._cycle_end)
+            rest = self._cycle_wall_s - (self.clock.monotonic() - self._cycle_end)
             if rest > 0:
                 await asyncio.sleep(rest)
             self._kick.clear()
-            if not leading():  # deposed (e.g. paused past the renew deadline): act no more
+            if (
+                not self.leadership.leading()
+            ):  # deposed (e.g. paused past the renew deadline): act no more
                 log.error("not the leader any more: no cycle")
                 continue
             try:
@@ -811,7 +772,7 @@ class Runtime:
         """Seconds until the safety-net tick, until a backing-off job may retry, or until a
         start instant a status shows must be rendered again (:func:`start_fields`)."""
         wait = self.config.interval_s
-        now = self.clock()
+        now = self.clock.wall()
         for record in self.store.pending():
             if record.not_before_s > now:
                 wait = min(wait, record.not_before_s - now + 0.05)
@@ -827,10 +788,7 @@ class Runtime:
     async def connect_members(self) -> None:
         """Connect every registered member before the first cycle, so that member Jobs
         created just before a restart are seen (and adopted) before anything is placed."""
-        result = await self.call(
-            self.custom.list_cluster_custom_object, k.GROUP, k.VERSION, k.MEMBER_PLURAL
-        )
-        for body in result.get("items") or []:
+        for body in await self.call(self.hub.list_members):
             name = body["metadata"]["name"]
             if name not in self.members:
                 self.member_specs[name] = body.get("spec")
@@ -846,7 +804,7 @@ class Runtime:
         usage = self.store.usage_by_node()
         clusters = []
         bandwidth: dict[str, dict[str, float]] = {}
-        now = time.monotonic()
+        now = self.clock.monotonic()
         started: dict[str, dict[str, float]] = {}  # member -> node -> latest start on it
         for record in self.store.active():
             began = record.start_s or record.dispatch_s
@@ -870,7 +828,7 @@ class Runtime:
         source = self.metrics.get(member)
         if source is None:
             return {}
-        return source.cpu_util(self.clock(), started)
+        return source.cpu_util(self.clock.wall(), started)
 
     async def metrics_loop(self, period_s: float = 10.0) -> None:
         """Read every member's Prometheus periodically (Prometheus is pull-based)."""
@@ -886,7 +844,7 @@ class Runtime:
         self._start_deadlines()
         self._drained()
         clusters, bandwidth = self.clusters_view()
-        snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
+        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
         plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
@@ -903,7 +861,7 @@ class Runtime:
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.apply(plan, snapshot, chosen, frees)
-        self._cycle_end = time.monotonic()
+        self._cycle_end = self.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.observer.cycle_applied(self._cycle_wall_s)
         self._maybe_project()
@@ -914,20 +872,22 @@ class Runtime:
         if self._eta_task is not None and not self._eta_task.done():
             return
         # At most every eta_interval_s, and the projection at most a fifth of the time.
-        if time.monotonic() - self._eta_at < max(self.config.eta_interval_s, 4 * self._eta_wall_s):
+        if self.clock.monotonic() - self._eta_at < max(
+            self.config.eta_interval_s, 4 * self._eta_wall_s
+        ):
             return
-        self._eta_at = time.monotonic()
+        self._eta_at = self.clock.monotonic()
         self._eta_task = asyncio.get_running_loop().create_task(self.refresh_etas())
 
     async def refresh_etas(self) -> None:
         """Project the queue forward from now (after this cycle's starts) and write ETAs."""
         clusters, bandwidth = self.clusters_view()
-        snapshot = self.store.snapshot(self.clock(), clusters, bandwidth)
+        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
         if not snapshot.pending:
             return
-        started = time.monotonic()
+        started = self.clock.monotonic()
         projection = await asyncio.to_thread(project, snapshot)
-        self._eta_wall_s = time.monotonic() - started
+        self._eta_wall_s = self.clock.monotonic() - started
         now = snapshot.now_s
         pending = [(r, projection.get(r.key)) for r in self.store.pending()]
         for record, found in pending:  # all first: then one factor per queue
@@ -944,7 +904,7 @@ class Runtime:
 
     def _requeue_lost(self) -> None:
         """Jobs on a member that has been unreachable too long go back to the queue."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for name, since in list(self._not_ready_since.items()):
             if now - since < self.config.member_timeout_s:
                 continue
@@ -1026,7 +986,7 @@ class Runtime:
         if not record.active:
             return
         member = self.members.get(record.cluster)
-        lost = preempted(record, self.clock(), why, self.store.policy.preemption)
+        lost = preempted(record, self.clock.wall(), why, self.store.policy.preemption)
         if member is not None and record.member_job:
             record.draining = (member.name, record.member_job)
             await self.call(_quiet, member.delete_job, record.member_job)
@@ -1080,7 +1040,7 @@ class Runtime:
                 0.0, start.predicted_runtime_s - resume_from
             )
         record.transfer_s = start.transfer_s
-        record.dispatch_s = self.clock()
+        record.dispatch_s = self.clock.wall()
         record.not_before_s = 0.0
         record.position, record.frees, record.choice = 0, None, choice
         manifest = render_job(
@@ -1122,7 +1082,7 @@ class Runtime:
     def _yield_to_creates(self) -> None:
         """A backlog of member Job creates goes before hub status writes and Events."""
         if len(self._inflight) >= BURST_STARTS:
-            self.hub_writes.yield_to(time.monotonic() + BURST_YIELD_S)
+            self.hub_writes.yield_to(self.clock.monotonic() + BURST_YIELD_S)
 
     async def _create(
         self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
@@ -1138,16 +1098,16 @@ class Runtime:
             )
 
         try:
-            if not leading():
+            if not self.leadership.leading():
                 raise RuntimeError("this replica is no longer the leader")
             uid = await self.call(member.create_job, manifest)
         except Exception as err:
             if superseded():
                 return  # nothing of ours exists
             self.observer.dispatch_failed(member.name)
-            why = error_line(err)
+            why = describe(err)
             log.warning("dispatch of %s failed: %s", record.key, why)
-            if refused(err):
+            if isinstance(err, CallFailed) and err.refused:
                 # The member refuses this Job as it is: the attempt counts and fails (retried
                 # with back-off, then Failed), and it holds no GPUs or quota meanwhile.
                 record.member_job = ""  # nothing was created
@@ -1167,7 +1127,7 @@ class Runtime:
             await self.call(_quiet, member.delete_job, name)
             return
         self.observer.dispatched(record)
-        self.calibrator.started(record.key, self.clock())
+        self.calibrator.started(record.key, self.clock.wall())
         self._event(record, "Dispatched", record.message)
         if record.preemptions:
             self._event(record, "Resumed", record.message)
@@ -1198,7 +1158,7 @@ class Runtime:
     def render_status(self, record: Record) -> dict[str, Any]:
         """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`)."""
         status, record.refresh_by_s = render_status(
-            record, self.clock(), self._member_namespace(record.cluster)
+            record, self.clock.wall(), self._member_namespace(record.cluster)
         )
         return status
 
@@ -1221,7 +1181,7 @@ class Runtime:
                     if record is not None:
                         await self._write_status(record)
                 else:
-                    await loop.run_in_executor(self.write_pool, post_event, self.hub, *item)
+                    await loop.run_in_executor(self.write_pool, self.hub.post_event, *item)
             except Exception:
                 log.exception("hub write failed")
             finally:
@@ -1241,7 +1201,7 @@ class Runtime:
         else:
             status = self.render_status(record)
             record.written_sig = _signature(record)
-            record.written_at = time.monotonic()
+            record.written_at = self.clock.monotonic()
         patch = merge_patch(unpack(record.written), status)
         if not patch:
             return
@@ -1250,16 +1210,15 @@ class Runtime:
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self.write_pool,
-                _patch_status,
-                self.custom,
+                self.hub.patch_aijob_status,
                 record.namespace,
                 record.name,
                 patch,
             )
-        except ApiException as err:
+        except CallFailed as err:
             record.written, record.written_sig = {}, None
             if err.status != 404:
-                log.warning("status of %s not written: %s", record.key, err.reason)
+                log.warning("status of %s not written: %s", record.key, err)
         except Exception as err:  # the hub is unreachable: the next cycle writes it again
             record.written, record.written_sig = {}, None
             log.warning("status of %s not written: %s", record.key, err)
@@ -1287,7 +1246,7 @@ class Runtime:
                 "Starting",
                 message,
                 generation=record.generation,
-                now_s=self.clock(),
+                now_s=self.clock.wall(),
                 previous=written.get("conditions") or (),
             )
             for c in written.get("conditions") or ()
@@ -1315,7 +1274,7 @@ class Runtime:
         """Write every AIJob whose status changed in substance; changes only to position,
         score, ETA or the wait message are written at most every :meth:`volatile_period_s`
         per AIJob (with thousands waiting they change for all of them every cycle)."""
-        now, wall = time.monotonic(), self.clock()
+        now, wall = self.clock.monotonic(), self.clock.wall()
         period = self.volatile_period_s()
         due = [
             r
@@ -1342,7 +1301,7 @@ class Runtime:
         written = self._member_written.get(("member", name)) or (body or {}).get("status") or {}
         previous = written.get("conditions") or ()
         member = self.members.get(name)
-        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock())}
+        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock.wall())}
         if member is not None:
             view = self._views.get(name)  # as the last cycle saw it
             if view is None:
@@ -1366,7 +1325,7 @@ class Runtime:
         source = self.metrics.get(name)
         conditions_extra = []
         if source is not None:
-            fresh, why_metrics = source.fresh(self.clock())
+            fresh, why_metrics = source.fresh(self.clock.wall())
             status["metrics"] = {"fresh": fresh, "message": why_metrics}
             conditions_extra.append(
                 condition(
@@ -1377,7 +1336,7 @@ class Runtime:
                     if fresh
                     else f"{why_metrics}; scheduling uses the API's accounting only",
                     generation=0,
-                    now_s=self.clock(),
+                    now_s=self.clock.wall(),
                     previous=previous,
                 )
             )
@@ -1388,7 +1347,7 @@ class Runtime:
                 "Reachable" if ready else "Unreachable",
                 why or "API answers",
                 generation=0,
-                now_s=self.clock(),
+                now_s=self.clock.wall(),
                 previous=previous,
             ),
             *conditions_extra,
@@ -1400,15 +1359,8 @@ class Runtime:
             return
         self._member_written[key] = comparable
         try:
-            await self.call(
-                self.custom.patch_cluster_custom_object_status,
-                k.GROUP,
-                k.VERSION,
-                k.MEMBER_PLURAL,
-                name,
-                {"status": status},
-            )
-        except Exception as err:  # ApiException or the hub unreachable: retried next cycle
+            await self.call(self.hub.patch_member_status, name, status)
+        except Exception as err:  # CallFailed or the hub unreachable: retried next cycle
             self._member_written.pop(key, None)
             log.warning("status of member %s not written: %s", name, err)
 
@@ -1487,19 +1439,6 @@ def uncreated(records: Iterable[Record], mirrors: Mapping[str, Container[str]]) 
     ]
 
 
-def _patch_status(custom: Any, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-    response = custom.patch_namespaced_custom_object_status(
-        k.GROUP,
-        k.VERSION,
-        namespace,
-        k.AIJOB_PLURAL,
-        name,
-        {"status": patch},
-        _preload_content=False,  # the answer is the whole object: read, not parsed
-    )
-    response.data  # read it all, so the connection goes back to the pool  # noqa: B018
-
-
 def _signature(record: Record) -> tuple[Any, ...]:
     """What, when it changes, makes an AIJob's status worth writing at once."""
     hold = record.hold
@@ -1538,16 +1477,6 @@ def _plan_and_explain(
 _FREED_BY_ENDS = frozenset(
     {WaitReason.Capacity, WaitReason.Waiting, WaitReason.Priority, WaitReason.Reservation}
 )
-
-
-def _widen_pool(api: client.ApiClient, size: int) -> None:
-    """Let ``size`` threads share the client's connections (urllib3 keeps 10 per host by
-    default and drops the rest, so bursts opened a new TLS connection per call)."""
-    manager = getattr(api.rest_client, "pool_manager", None)
-    if manager is not None:
-        manager.connection_pool_kw["maxsize"] = max(
-            size, manager.connection_pool_kw.get("maxsize") or 0
-        )
 
 
 def _ours(status: Mapping[str, Any], written: Mapping[str, Any]) -> Mapping[str, Any]:

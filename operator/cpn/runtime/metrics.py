@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +27,7 @@ from cpn.config import OperatorConfig
 from cpn.core.capacity import worker_gpus
 from cpn.core.model import CyclePlan, Snapshot
 from cpn.decisions import DecisionLog, open_log
+from cpn.runtime.ports import Clock
 from cpn.runtime.store import Record
 
 log = logging.getLogger(__name__)
@@ -344,13 +344,12 @@ class Observer:
         config: OperatorConfig,
         *,
         metrics: OperatorMetrics | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock,
     ) -> None:
         self.config = config
         self.metrics = metrics if metrics is not None else OperatorMetrics()
-        self.monotonic = monotonic
-        self.wall = wall
+        self.monotonic = clock.monotonic
+        self.wall = clock.wall
         self.decisions: DecisionLog | None = None
         self.server: ThreadingHTTPServer | None = None
         self.last_cycle_at: float | None = None

@@ -19,7 +19,6 @@ shared API server every status patch competes with the submissions themselves.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,7 +34,7 @@ class Pace:
         qps: float,
         burst: int,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         slow: float = 0.1,
     ) -> None:
