@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -22,3 +24,55 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.now += seconds
         self.wall_s += seconds
+
+
+class FakeLeadership:
+    """A :class:`~cpn.runtime.ports.Leadership` the test sets."""
+
+    def __init__(self, leading: bool = True) -> None:
+        self.is_leading = leading
+
+    def leading(self) -> bool:
+        return self.is_leading
+
+
+class FakeHub:
+    """The part of :class:`~cpn.runtime.ports.Hub` the runtime writes through: status
+    patches are recorded, or fail with ``fail_with`` while it is set."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.fail_with: BaseException | None = None
+
+    def patch_aijob_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.patches.append((namespace, name, dict(patch)))
+
+
+@dataclass
+class FakeMemberInfo:
+    namespace: str = "cpn-jobs"
+    bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)
+
+
+class FakeMember:
+    """A member whose Job creates fail with ``fail_with`` (when set) and are recorded."""
+
+    def __init__(self, name: str, fail_with: BaseException | None = None) -> None:
+        self.name = name
+        self.spec = FakeMemberInfo()
+        self.jobs: dict[str, Mapping[str, Any]] = {}
+        self.nodes: dict[str, Mapping[str, Any]] = {}
+        self.fail_with = fail_with
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    def create_job(self, manifest: Mapping[str, Any]) -> str:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.created.append(manifest["metadata"]["name"])
+        return "uid"
+
+    def delete_job(self, name: str) -> None:
+        self.deleted.append(name)

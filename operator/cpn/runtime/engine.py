@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
 from typing import Any
 
 from cpn.api import constants as k
@@ -53,6 +54,7 @@ from cpn.core.gang import Gang, judge_start
 from cpn.core.health import Health, Probe, Probes, health
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
 from cpn.core.policy import QueuePolicy
+from cpn.runtime import effects, lifecycle
 from cpn.runtime.metrics import Observer
 from cpn.runtime.ports import (
     CallFailed,
@@ -277,13 +279,7 @@ class Runtime:
 
     def _suspend_running(self, record: Record) -> None:
         """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
-        self._delete_member_job(record)
-        record.phase = k.PHASE_SUSPENDED
-        record.reason = "Suspended"
-        record.message = "suspended by its owner (spec.suspend); its member Job was stopped"
-        self._event(record, "Suspended", record.message)
-        self._clear_placement(record)
-        self._write_soon(record)
+        self.carry_out(record, lifecycle.suspended(record))
 
     async def watch_hub(self) -> None:
         """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""
@@ -565,7 +561,10 @@ class Runtime:
             record.active and record.cluster and record.cluster != member.name
         ):
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
-                self._adopt(record, member, job, attempt)  # created just before a crash
+                # created just before a crash
+                self.carry_out(
+                    record, lifecycle.adopted(record, member.name, job, attempt, self.clock.wall())
+                )
             else:
                 return  # a stale attempt: the sweep removes it
         if not record.active or record.member_job != name:
@@ -603,23 +602,12 @@ class Runtime:
         wanted = record.job.workers if record.job is not None else 1
         running = workers_running((job or {}).get("status") or {})
         timeout_s = self.store.policy.retry.start_timeout_s
-        verdict = judge_start(wanted, running, record.dispatch_s, self.clock.wall(), timeout_s)
+        now = self.clock.wall()
+        verdict = judge_start(wanted, running, record.dispatch_s, now, timeout_s)
         if verdict.action is Gang.REMOVE:
             log.warning("%s on %s: %s", record.key, record.cluster, verdict.message)
-            self._attempt_failed(record, verdict.message, reason="StartTimeout")
-        elif verdict.action is Gang.RUNNING:
-            record.phase = k.PHASE_RUNNING
-            record.start_s = self.clock.wall()
-            record.reason = "Running"
-            record.message = f"running on {record.cluster} ({record.gpu_type})"
-            if wanted > 1:
-                record.message += f", {verdict.message}"
-            self.observer.started(record)
-            self._event(record, "Started", record.message)
-            self._write_soon(record)
-        elif running and record.message != verdict.message:  # part of the gang runs
-            record.message = verdict.message
-            self._write_soon(record)
+        retry = self.store.policy.retry
+        self.carry_out(record, lifecycle.start_judged(record, verdict, wanted, running, retry, now))
 
     def _start_deadlines(self) -> None:
         """Attempts of reachable members whose workers have not all started in time go."""
@@ -631,89 +619,48 @@ class Runtime:
             if member is not None and reachable:
                 self._judge_start(record, member.jobs.get(record.member_job))
 
-    def _adopt(self, record: Record, member: Member, job: Mapping[str, Any], attempt: int) -> None:
-        affinity = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-            "affinity"
-        ) or {}
-        terms = (
-            (
-                (affinity.get("nodeAffinity") or {}).get(
-                    "requiredDuringSchedulingIgnoredDuringExecution"
-                )
-                or {}
-            ).get("nodeSelectorTerms")
-            or [{}]
-        )[0].get("matchExpressions") or []
-        nodes = tuple(
-            v for t in terms if t.get("key") == k.HOSTNAME_LABEL for v in t.get("values") or []
-        )
-        annotations = (((job.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
-            "annotations"
-        ) or {}
-        record.attempts = attempt
-        record.phase = k.PHASE_DISPATCHED
-        record.cluster = member.name
-        record.member_job = job["metadata"]["name"]
-        record.gpu_type = annotations.get(k.ANNOTATION_GPU_TYPE, record.gpu_type)
-        record.nodes = nodes
-        record.dispatch_s = self.clock.wall()
-        if record.job is not None:
-            record.predicted_runtime_s = record.job.estimate.runtime_s.get(record.gpu_type, 0.0)
-        self._write_soon(record)
-
     def _succeeded(self, record: Record, finished_s: float) -> None:
-        record.phase = k.PHASE_SUCCEEDED
-        record.finish_s = finished_s
-        began = record.start_s or record.dispatch_s or finished_s
-        record.actual_s = record.attained_s + max(0.0, finished_s - began)  # all attempts
-        record.reason = "Succeeded"
-        record.message = (
-            f"finished on {record.cluster} ({record.gpu_type}) in "
-            f"{human_duration(record.actual_s)}, predicted "
-            f"{human_duration(record.predicted_runtime_s)}"
-        )
+        self.carry_out(record, lifecycle.succeeded(record, finished_s))
+
+    def _attempt_failed(self, record: Record, why: str, reason: str = "Retrying") -> None:
+        retry = self.store.policy.retry
+        now = self.clock.wall()
+        self.carry_out(record, lifecycle.attempt_failed(record, why, retry, now, reason))
+
+    def carry_out(self, record: Record, step: lifecycle.Step) -> None:
+        """Take a transition's record (onto ``record`` itself: the store and in-flight
+        creates hold it) and do what it asks, in order."""
+        if step.record is not record:
+            for name in _RECORD_FIELDS:
+                setattr(record, name, getattr(step.record, name))
+        for effect in step.effects:
+            if isinstance(effect, effects.Event):
+                self._event(record, effect.reason, effect.message, warning=effect.warning)
+            elif isinstance(effect, effects.WriteStatus):
+                self._write_soon(record)
+            elif isinstance(effect, effects.Kick):
+                self.kick()
+            elif isinstance(effect, effects.DeleteJob):
+                member = self.members.get(effect.cluster)
+                if member is not None:
+                    self.pool.submit(_quiet, member.delete_job, effect.name)
+            elif isinstance(effect, effects.Count):
+                if effect.what == "started":
+                    self.observer.started(record)
+                elif effect.what == "ended":
+                    self.observer.ended(record)
+                else:
+                    self.observer.retrying()
+            elif isinstance(effect, effects.Learn):
+                self._learn(record)
+
+    def _learn(self, record: Record) -> None:
         self._learned.add(record.uid)
         if record.job is not None and record.actual_s > 0:
             try:
                 self.estimator.observe(record.job, record.gpu_type, record.actual_s)
             except Exception:  # the predictor must never take the operator down
                 log.exception("predictor failed to learn from %s", record.key)
-        self._event(record, "Succeeded", record.message)
-        self.observer.ended(record)
-        self._write_soon(record)
-        self.kick()
-
-    def _attempt_failed(self, record: Record, why: str, reason: str = "Retrying") -> None:
-        retry = self.store.policy.retry
-        record.failure = why
-        member = self.members.get(record.cluster)
-        if member is not None and record.member_job:
-            self.pool.submit(_quiet, member.delete_job, record.member_job)
-        if record.attempts >= retry.max_attempts:
-            record.phase = k.PHASE_FAILED
-            record.finish_s = self.clock.wall()
-            record.reason = "Failed"
-            record.message = f"attempt {record.attempts} failed ({why}); no retries left"
-            self.observer.ended(record)
-            self._event(record, "Failed", record.message, warning=True)
-        else:
-            delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
-            record.phase = k.PHASE_QUEUED
-            record.not_before_s = self.clock.wall() + delay
-            record.reason = reason
-            self.observer.retrying()
-            record.message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
-            self._event(record, reason, record.message, warning=True)
-            self._clear_placement(record)
-        self._write_soon(record)
-        self.kick()
-
-    def _clear_placement(self, record: Record) -> None:
-        record.cluster = record.gpu_type = record.member_job = ""
-        record.nodes = ()
-        record.start_s = record.dispatch_s = 0.0
-        record.observed = False
-        record.choice = None
 
     # -- the loop -----------------------------------------------------------------------------
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
@@ -910,15 +857,8 @@ class Runtime:
                 continue
             for record in self.store.active():
                 if record.cluster == name:
-                    record.phase = k.PHASE_QUEUED
-                    record.reason = "MemberLost"
-                    record.message = (
-                        f"member {name} unreachable for {self.config.member_timeout_s:.0f}s: "
-                        "requeued; its old member Job is removed when the member returns"
-                    )
-                    self._event(record, "Requeued", record.message, warning=True)
-                    self._clear_placement(record)
-                    self._write_soon(record)
+                    step = lifecycle.member_lost(record, name, self.config.member_timeout_s)
+                    self.carry_out(record, step)
 
     async def apply(
         self,
@@ -990,16 +930,7 @@ class Runtime:
         if member is not None and record.member_job:
             record.draining = (member.name, record.member_job)
             await self.call(_quiet, member.delete_job, record.member_job)
-        record.phase = k.PHASE_QUEUED
-        record.reason = "Preempted"
-        record.message = (
-            f"{why} (preemption {record.preemptions}): it resumes from its checkpoint at "
-            f"{human_duration(record.checkpointed_s) or '0s'} of compute; "
-            f"{human_duration(lost) or '0s'} of work since its last checkpoint is lost"
-        )
-        self._event(record, "Preempted", record.message, warning=True)
-        self._clear_placement(record)
-        self._write_soon(record)
+        self.carry_out(record, lifecycle.preempted(record, why, lost))
 
     def _drained(self) -> None:
         """Preempted records whose old member Job is gone (or whose member is) may start."""
@@ -1107,20 +1038,10 @@ class Runtime:
             self.observer.dispatch_failed(member.name)
             why = describe(err)
             log.warning("dispatch of %s failed: %s", record.key, why)
-            if isinstance(err, CallFailed) and err.refused:
-                # The member refuses this Job as it is: the attempt counts and fails (retried
-                # with back-off, then Failed), and it holds no GPUs or quota meanwhile.
-                record.member_job = ""  # nothing was created
-                self._attempt_failed(record, f"{member.name} refused its Job: {why}")
-                return
-            # Unreachable, throttled or busy: back in the queue, the attempt not counted.
-            record.attempts = attempt - 1
-            record.phase = k.PHASE_QUEUED
-            record.reason = "DispatchFailed"
-            record.message = f"could not create the Job on {member.name}: {why}"
-            self._clear_placement(record)
-            self._event(record, "DispatchFailed", record.message, warning=True)
-            self._write_soon(record)
+            refused = isinstance(err, CallFailed) and err.refused
+            retry, now = self.store.policy.retry, self.clock.wall()
+            step = lifecycle.create_failed(record, member.name, why, refused, attempt, retry, now)
+            self.carry_out(record, step)
             return
         if superseded():
             log.info("member Job %s/%s outlived its dispatch: deleting it", member.name, name)
@@ -1143,16 +1064,9 @@ class Runtime:
         (synced) member does not have was cut off between status write and create."""
         mirrors = {name: m.jobs for name, m in self.members.items() if m.synced()}
         for record in uncreated(self.store.active(), mirrors):
-            record.phase = k.PHASE_QUEUED
-            record.reason = "MemberJobMissing"
-            record.message = (
-                f"member Job {record.member_job} is not on {record.cluster} (the operator "
-                "stopped before creating it, or it was deleted meanwhile): queued again"
-            )
-            log.warning("%s: %s", record.key, record.message)
-            self._event(record, "Requeued", record.message, warning=True)
-            self._clear_placement(record)
-            self._write_soon(record)
+            step = lifecycle.member_job_missing(record)
+            log.warning("%s: %s", record.key, step.record.message)
+            self.carry_out(record, step)
 
     # -- status --------------------------------------------------------------------------------
     def render_status(self, record: Record) -> dict[str, Any]:
@@ -1477,6 +1391,9 @@ def _plan_and_explain(
 _FREED_BY_ENDS = frozenset(
     {WaitReason.Capacity, WaitReason.Waiting, WaitReason.Priority, WaitReason.Reservation}
 )
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(Record))
 
 
 def _ours(status: Mapping[str, Any], written: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,0 +1,253 @@
+"""A record's transitions (cpn.runtime.lifecycle), table by table: the record after each,
+the effects in order, and the record given left as it was."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cpn.api import constants as k
+from cpn.core.gang import judge_start
+from cpn.core.policy import Retry
+from cpn.runtime import lifecycle
+from cpn.runtime.effects import KICK, WRITE, Count, DeleteJob, Event, Learn
+from cpn.runtime.store import Record
+from tests.runtime.fakes import FakeClock
+from tests.runtime.test_status_render import record
+
+RETRY = Retry(max_attempts=3, backoff_s=30.0, start_timeout_s=300.0)
+
+
+def dispatched(**changes) -> Record:
+    """AIJob ns/a whose attempt 1 was dispatched to m1 (Job a-1 on node n1) at t=100."""
+    return record(
+        **{
+            "phase": k.PHASE_DISPATCHED,
+            "attempts": 1,
+            "cluster": "m1",
+            "gpu_type": "a100",
+            "nodes": ("n1",),
+            "member_job": "a-1",
+            "dispatch_s": 100.0,
+            "observed": True,
+            **changes,
+        }
+    )
+
+
+def assert_unplaced(record: Record) -> None:
+    assert (record.cluster, record.gpu_type, record.member_job, record.nodes) == ("", "", "", ())
+    assert (record.start_s, record.dispatch_s, record.observed, record.choice) == (
+        0.0,
+        0.0,
+        False,
+        None,
+    )
+
+
+def test_a_transition_leaves_the_record_it_was_given_alone():
+    """Pure: the old record keeps every field; the step carries a new one."""
+    record = dispatched()
+    before = replace(record)
+    step = lifecycle.member_lost(record, "m1", 60.0)
+    assert record == before
+    assert step.record is not record and step.record.phase == k.PHASE_QUEUED
+
+
+@pytest.mark.parametrize(
+    ("transition", "reason", "event", "message"),
+    [
+        (
+            lambda r: lifecycle.member_lost(r, "m1", 60.0),
+            "MemberLost",
+            "Requeued",
+            "member m1 unreachable for 60s: requeued; its old member Job is removed when "
+            "the member returns",
+        ),
+        (
+            lifecycle.member_job_missing,
+            "MemberJobMissing",
+            "Requeued",
+            "member Job a-1 is not on m1 (the operator stopped before creating it, or it was "
+            "deleted meanwhile): queued again",
+        ),
+        (
+            lambda r: lifecycle.create_failed(r, "m1", "Timeout", False, 1, RETRY, 500.0),
+            "DispatchFailed",
+            "DispatchFailed",
+            "could not create the Job on m1: Timeout",
+        ),
+        (
+            lambda r: lifecycle.preempted(replace(r, preemptions=2, checkpointed_s=600.0), "x", 90),
+            "Preempted",
+            "Preempted",
+            "x (preemption 2): it resumes from its checkpoint at 10m00s of compute; 1m30s of "
+            "work since its last checkpoint is lost",
+        ),
+    ],
+)
+def test_requeues_unplace_warn_and_write(transition, reason, event, message):
+    """Member lost, Job missing, create failed (unreachable), preempted: back in the queue
+    with no placement, a warning Event, a status write; the Job is not deleted here."""
+    step = transition(dispatched())
+    assert step.record.phase == k.PHASE_QUEUED
+    assert step.record.reason == reason and step.record.message == message
+    assert_unplaced(step.record)
+    assert step.effects == (Event(event, message, True), WRITE)
+
+
+def test_a_create_that_did_not_reach_the_member_does_not_count_as_an_attempt():
+    """Unreachable, throttled or busy: attempts back to before the dispatch."""
+    step = lifecycle.create_failed(dispatched(attempts=2), "m1", "503", False, 2, RETRY, 0.0)
+    assert step.record.attempts == 1
+    assert step.record.not_before_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("attempts", "phase", "reason", "not_before_s", "count"),
+    [
+        (1, k.PHASE_QUEUED, "Retrying", 530.0, "retrying"),
+        (2, k.PHASE_QUEUED, "Retrying", 560.0, "retrying"),
+        (3, k.PHASE_FAILED, "Failed", 0.0, "ended"),
+    ],
+)
+def test_a_refused_create_counts_as_a_failed_attempt(attempts, phase, reason, not_before_s, count):
+    """The member refuses the Job as it is: the attempt fails, retried after 30 s, 60 s...
+    (doubling), Failed once none is left; nothing was created, so nothing is deleted."""
+    record = dispatched(attempts=attempts)
+    step = lifecycle.create_failed(record, "m1", "422 Invalid", True, attempts, RETRY, 500.0)
+    new = step.record
+    assert (new.phase, new.reason, new.attempts) == (phase, reason, attempts)
+    assert new.not_before_s == not_before_s
+    assert new.failure == "m1 refused its Job: 422 Invalid"
+    assert new.member_job == ""
+    assert not any(isinstance(e, DeleteJob) for e in step.effects)
+    assert Count(count) in step.effects
+    assert step.effects[-2:] == (WRITE, KICK)
+    if phase == k.PHASE_FAILED:
+        assert new.finish_s == 500.0
+        assert new.message == "attempt 3 failed (m1 refused its Job: 422 Invalid); no retries left"
+    else:
+        assert_unplaced(new)
+
+
+def test_a_failed_attempt_deletes_its_member_job_first():
+    """Its Job failed on the member: deleted, then counted, told, written, kicked."""
+    step = lifecycle.attempt_failed(dispatched(), "a worker failed", RETRY, 1000.0)
+    message = "attempt 1 failed (a worker failed); retrying in 30s"
+    assert step.effects == (
+        DeleteJob("m1", "a-1"),
+        Count("retrying"),
+        Event("Retrying", message, True),
+        WRITE,
+        KICK,
+    )
+    assert step.record.not_before_s == 1030.0
+
+
+@pytest.mark.parametrize(
+    ("wanted", "running", "advance_s", "phase", "reason", "message", "effects"),
+    [
+        (1, 1, 5.0, k.PHASE_RUNNING, "Running", "running on m1 (a100)", "started"),
+        (
+            2,
+            2,
+            5.0,
+            k.PHASE_RUNNING,
+            "Running",
+            "running on m1 (a100), all 2 workers running",
+            "started",
+        ),
+        (2, 1, 5.0, k.PHASE_DISPATCHED, "Dispatched", "1 of 2 workers running", "write"),
+        (2, 0, 5.0, k.PHASE_DISPATCHED, "Dispatched", "dispatched", "none"),
+        (2, 1, 301.0, k.PHASE_QUEUED, "StartTimeout", None, "timeout"),
+    ],
+)
+def test_a_dispatched_attempt_is_judged_on_its_workers_and_its_deadline(
+    wanted, running, advance_s, phase, reason, message, effects
+):
+    """All workers run: Running at now. Some: the message says how many. Past the start
+    deadline (300 s after dispatch) with not all running: removed, retried."""
+    clock = FakeClock(wall_s=100.0)
+    record = dispatched(reason="Dispatched", message="dispatched")
+    clock.advance(advance_s)
+    verdict = judge_start(wanted, running, record.dispatch_s, clock.wall(), RETRY.start_timeout_s)
+    step = lifecycle.start_judged(record, verdict, wanted, running, RETRY, clock.wall())
+    new = step.record
+    assert (new.phase, new.reason) == (phase, reason)
+    if message is not None:
+        assert new.message.startswith(message)
+    if effects == "started":
+        assert new.start_s == clock.wall()
+        assert step.effects == (Count("started"), Event("Started", new.message), WRITE)
+    elif effects == "write":
+        assert step.effects == (WRITE,)
+    elif effects == "none":
+        assert step.effects == () and new is record
+    else:
+        assert new.not_before_s == clock.wall() + 30.0
+        assert step.effects[0] == DeleteJob("m1", "a-1")
+        assert Event("StartTimeout", new.message, True) in step.effects
+
+
+def test_success_books_the_running_time_of_every_attempt():
+    """Finished at 1000 after starting at 400, with 300 s of earlier attempts: 900 s."""
+    record = dispatched(phase=k.PHASE_RUNNING, start_s=400.0, attained_s=300.0)
+    step = lifecycle.succeeded(record, 1000.0)
+    new = step.record
+    assert (new.phase, new.finish_s, new.actual_s) == (k.PHASE_SUCCEEDED, 1000.0, 900.0)
+    assert new.cluster == "m1"  # where it ran stays shown
+    assert step.effects == (Learn(), Event("Succeeded", new.message), Count("ended"), WRITE, KICK)
+
+
+def test_suspending_a_running_job_stops_its_member_job_and_keeps_it():
+    """spec.suspend on a running job: its Job deleted, the job Suspended (not a warning)."""
+    step = lifecycle.suspended(dispatched(phase=k.PHASE_RUNNING))
+    assert step.record.phase == k.PHASE_SUSPENDED and step.record.reason == "Suspended"
+    assert_unplaced(step.record)
+    assert step.effects[0] == DeleteJob("m1", "a-1")
+    assert step.effects[1:] == (Event("Suspended", step.record.message, False), WRITE)
+
+
+def test_suspending_a_queued_job_deletes_nothing():
+    step = lifecycle.suspended(dispatched(phase=k.PHASE_QUEUED, member_job=""))
+    assert not any(isinstance(e, DeleteJob) for e in step.effects)
+
+
+def test_a_job_created_before_a_crash_is_adopted_with_its_nodes_and_gpu_type():
+    """Its nodes come from the Job's node pins, its GPU type from its annotation."""
+    job = {
+        "metadata": {"name": "a-2"},
+        "spec": {
+            "template": {
+                "metadata": {"annotations": {k.ANNOTATION_GPU_TYPE: "h100"}},
+                "spec": {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {"key": k.HOSTNAME_LABEL, "values": ["n7", "n8"]}
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                },
+            }
+        },
+    }
+    record = lifecycle.unplaced(dispatched(phase=k.PHASE_QUEUED))
+    step = lifecycle.adopted(record, "m2", job, 2, 700.0)
+    new = step.record
+    assert (new.phase, new.attempts, new.cluster, new.member_job) == (
+        k.PHASE_DISPATCHED,
+        2,
+        "m2",
+        "a-2",
+    )
+    assert (new.nodes, new.gpu_type, new.dispatch_s) == (("n7", "n8"), "h100", 700.0)
+    assert step.effects == (WRITE,)
