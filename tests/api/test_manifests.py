@@ -147,7 +147,7 @@ def allowed(objects: list[dict[str, Any]], user_ns: str, user: str, access: Acce
     return False
 
 
-#: Every call the operator makes on the hub (runtime/engine.py, handlers/, and kopf itself).
+#: Every call the operator makes on the hub (adapters/hub.py for the runtime, handlers/, kopf).
 OPERATOR_NEEDS = [
     Access(verb="list", group="cpn.io", resource="aijobs"),
     Access(verb="watch", group="cpn.io", resource="aijobs"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cpn.api import constants as k
-from cpn.runtime.engine import uncreated, why_stale
+from cpn.runtime.following import uncreated, why_stale
 from cpn.runtime.store import Record
 
 

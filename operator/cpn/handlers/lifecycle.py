@@ -13,7 +13,8 @@ from cpn.adapters.clock import SystemClock
 from cpn.adapters.hub import KubeHub
 from cpn.adapters.kube import hub_client
 from cpn.config import load_config
-from cpn.runtime.engine import WRITE_WORKERS, Runtime
+from cpn.runtime.engine import Runtime
+from cpn.runtime.state import WRITE_WORKERS
 
 
 def build_estimator(history_db: str, artifact: str) -> Any:

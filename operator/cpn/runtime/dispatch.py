@@ -1,0 +1,265 @@
+"""Carrying out a cycle's plan: preemptions, dispatches (the record assumed, then its member
+Job created in the background), every hold explained, the queues numbered; and requeueing
+what a lost member or a crash left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cpn.api import constants as k
+from cpn.api.jobs import render_job
+from cpn.api.status import human_duration, queue_positions
+from cpn.core.explain import Choice, Frees
+from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
+from cpn.runtime import lifecycle
+from cpn.runtime.following import uncreated
+from cpn.runtime.hubwatch import HubWatch
+from cpn.runtime.ports import CallFailed, Member, describe
+from cpn.runtime.state import quiet
+from cpn.runtime.status import queue_of
+from cpn.runtime.store import Record, preempted
+
+log = logging.getLogger(__name__)
+
+#: This many member Job creates in flight are a burst: until a second after it, hub writes
+#: run at a tenth of their pace (submissions and dispatches first; statuses merge meanwhile).
+BURST_STARTS = 10
+BURST_YIELD_S = 1.0
+
+
+class Dispatching(HubWatch):
+    """A plan carried out: preempt, dispatch, explain, number."""
+
+    def _requeue_lost(self) -> None:
+        """Jobs on a member that has been unreachable too long go back to the queue."""
+        now = self.clock.monotonic()
+        for name, since in list(self._not_ready_since.items()):
+            if now - since < self.config.member_timeout_s:
+                continue
+            for record in self.store.active():
+                if record.cluster == name:
+                    step = lifecycle.member_lost(record, name, self.config.member_timeout_s)
+                    self.carry_out(record, step)
+
+    async def apply(
+        self,
+        plan: CyclePlan,
+        snapshot: Snapshot,
+        chosen: Mapping[str, Choice] | None = None,
+        frees: Mapping[str, Frees] | None = None,
+    ) -> None:
+        """Carry out a plan: preempt, dispatch, explain every hold, number the queues."""
+        chosen = chosen or {}
+        frees = frees or {}
+        for preempt in plan.preemptions:
+            record = self.store.records.get(preempt.job_key)
+            if record is not None:
+                await self._preempt(record, preempt.reason)
+        for start in plan.starts:
+            record = self.store.records.get(start.job_key)
+            if record is not None:
+                self._dispatch(record, start, chosen.get(start.job_key))
+        self._yield_to_creates()
+        for hold in plan.holds:
+            record = self.store.records.get(hold.job_key)
+            if record is None or record.active or record.finished:
+                continue
+            previous = record.reason
+            record.hold = hold
+            record.frees = frees.get(hold.job_key)
+            record.phase = (
+                k.PHASE_SUSPENDED if hold.reason == WaitReason.Suspended else k.PHASE_QUEUED
+            )
+            if hold.reason == WaitReason.Infeasible:
+                record.reason = "Infeasible"
+            else:
+                record.reason = str(hold.reason)
+            record.message = hold.message
+            if hold.reason == WaitReason.Backoff and record.failure:
+                record.message += f" ({record.failure})"
+            if hold.reserved_start_s is not None and record.eta_start_s is None:
+                record.eta_start_s = hold.reserved_start_s
+            if previous != record.reason and hold.reason in {
+                WaitReason.Infeasible,
+                WaitReason.Quota,
+            }:
+                self._event(
+                    record,
+                    record.reason,
+                    hold.message,
+                    warning=hold.reason == WaitReason.Infeasible,
+                )
+        self._number_queues(plan)
+        for record in [r for r in self.store.records.values() if r.phase == k.PHASE_INVALID]:
+            if record.reason != "InvalidSpec":
+                record.reason = "InvalidSpec"
+                record.message = record.invalid
+                self._event(record, "InvalidSpec", record.invalid, warning=True)
+        self._write_all_soon()
+
+    async def _preempt(self, record: Record, why: str) -> None:
+        """Stop a running job for a higher-ranked one: book its service and checkpoint,
+        delete its member Job and requeue it; it is not placed again before that Job is
+        gone (one member Job at a time, see :meth:`_drained`)."""
+        inflight = self._inflight.get(record.key)
+        if inflight is not None:
+            await inflight  # delete what the create made, not before it lands
+        if not record.active:
+            return
+        member = self.members.get(record.cluster)
+        lost = preempted(record, self.clock.wall(), why, self.store.policy.preemption)
+        if member is not None and record.member_job:
+            record.draining = (member.name, record.member_job)
+            await self.call(quiet, member.delete_job, record.member_job)
+        self.carry_out(record, lifecycle.preempted(record, why, lost))
+
+    def _drained(self) -> None:
+        """Preempted records whose old member Job is gone (or whose member is) may start."""
+        for record in self.store.records.values():
+            if record.draining is None:
+                continue
+            cluster, name = record.draining
+            member = self.members.get(cluster)
+            if member is None or (member.synced() and name not in member.jobs):
+                record.draining = None
+
+    def _number_queues(self, plan: CyclePlan) -> None:
+        """Positions 1..n per queue among the jobs still waiting, in the cycle's order (the
+        plan's ranks also count this cycle's starts, and rank all queues together)."""
+        order = []
+        for hold in plan.holds:  # best first
+            record = self.store.records.get(hold.job_key)
+            if hold.position and record is not None and record.phase == k.PHASE_QUEUED:
+                order.append((record.key, queue_of(record)))
+        places = queue_positions(order)
+        for record in self.store.records.values():
+            record.position = places.get(record.key, 0)
+
+    def _dispatch(self, record: Record, start: Start, choice: Choice | None = None) -> None:
+        """Assume the start (the record holds its GPUs from now) and launch the create."""
+        member = self.members.get(start.cluster)
+        if member is None or record.job is None:
+            return
+        attempt = record.attempts + 1
+        record.attempts = attempt
+        record.phase = k.PHASE_DISPATCHED
+        record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
+        record.predicted_runtime_s = start.predicted_runtime_s
+        resume_from = None
+        if record.preemptions:  # the rest of its work, after the restart
+            resume_from = record.checkpointed_s
+            record.predicted_runtime_s = self.store.policy.preemption.restart_cost_s + max(
+                0.0, start.predicted_runtime_s - resume_from
+            )
+        record.transfer_s = start.transfer_s
+        record.dispatch_s = self.clock.wall()
+        record.not_before_s = 0.0
+        record.position, record.frees, record.choice = 0, None, choice
+        manifest = render_job(
+            record.body,
+            start,
+            attempt=attempt,
+            hub=self.config.hub,
+            namespace=member.spec.namespace,
+            affinity=self.store.policy.placement.affinity,
+            gpu_product=_product_label(member, start),
+            hami_pool=self.config.hami_pool or None,
+            resume_from_s=resume_from,
+        )
+        record.member_job = manifest["metadata"]["name"]
+        record.reason = "Dispatched"
+        record.message = (
+            f"dispatched to {start.cluster} ({start.gpu_type}, "
+            f"node {', '.join(sorted(set(start.nodes)))}); predicted "
+            f"{human_duration(record.predicted_runtime_s)}"
+        )
+        if resume_from is not None:
+            record.message += (
+                f"; resumes from its checkpoint at {human_duration(resume_from) or '0s'}"
+                f" (attempt {attempt}, after {record.preemptions} preemption(s))"
+            )
+        if self.config.dry_run:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._create(record, member, manifest, attempt)
+        )
+        self._inflight[record.key] = task
+        task.add_done_callback(lambda done: self._landed(record.key, done))
+
+    def _landed(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+        self._yield_to_creates()
+
+    def _yield_to_creates(self) -> None:
+        """A backlog of member Job creates goes before hub status writes and Events."""
+        if len(self._inflight) >= BURST_STARTS:
+            self.hub_writes.yield_to(self.clock.monotonic() + BURST_YIELD_S)
+
+    async def _create(
+        self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
+    ) -> None:
+        """Create the member Job of a dispatched record; on failure put it back in the queue."""
+        name = manifest["metadata"]["name"]
+
+        def superseded() -> bool:  # requeued, preempted, suspended or deleted meanwhile
+            return (
+                self.store.records.get(record.key) is not record
+                or record.attempts != attempt
+                or record.member_job != name
+            )
+
+        try:
+            if not self.leadership.leading():
+                raise RuntimeError("this replica is no longer the leader")
+            uid = await self.call(member.create_job, manifest)
+        except Exception as err:
+            if superseded():
+                return  # nothing of ours exists
+            self.observer.dispatch_failed(member.name)
+            why = describe(err)
+            log.warning("dispatch of %s failed: %s", record.key, why)
+            refused = isinstance(err, CallFailed) and err.refused
+            retry, now = self.store.policy.retry, self.clock.wall()
+            step = lifecycle.create_failed(record, member.name, why, refused, attempt, retry, now)
+            self.carry_out(record, step)
+            return
+        if superseded():
+            log.info("member Job %s/%s outlived its dispatch: deleting it", member.name, name)
+            await self.call(quiet, member.delete_job, name)
+            return
+        self.observer.dispatched(record)
+        self.calibrator.started(record.key, self.clock.wall())
+        self._event(record, "Dispatched", record.message)
+        if record.preemptions:
+            self._event(record, "Resumed", record.message)
+        self._write_soon(record)
+        existing = member.jobs.get(name)
+        if not uid and existing is not None:
+            # It existed already (made before a crash): its watch events may all be past,
+            # so take its state from the mirror now or a finished Job would never be seen.
+            self._follow(member, "MODIFIED", existing)
+
+    def _requeue_uncreated(self) -> None:
+        """After a restart: a record whose status says Dispatched but whose member Job the
+        (synced) member does not have was cut off between status write and create."""
+        mirrors = {name: m.jobs for name, m in self.members.items() if m.synced()}
+        for record in uncreated(self.store.active(), mirrors):
+            step = lifecycle.member_job_missing(record)
+            log.warning("%s: %s", record.key, step.record.message)
+            self.carry_out(record, step)
+
+
+def _product_label(member: Member, start: Start) -> str | None:
+    for name in start.nodes:
+        node = member.nodes.get(name)
+        if node is not None:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            value = labels.get(k.GPU_PRODUCT_LABEL)
+            if value:
+                return str(value)
+    return None

@@ -1,0 +1,195 @@
+"""Following member Jobs: each Job event moves its record (:mod:`cpn.runtime.lifecycle`),
+attempts that do not start in time go, and the sweep deletes Jobs no live attempt owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+from cpn.api import constants as k
+from cpn.api.aijob import parse_time
+from cpn.api.jobs import workers_running
+from cpn.core.gang import Gang, judge_start
+from cpn.runtime import effects, lifecycle
+from cpn.runtime.hubwrites import HubWrites
+from cpn.runtime.ports import Member
+from cpn.runtime.state import quiet
+from cpn.runtime.store import Record
+
+log = logging.getLogger(__name__)
+
+
+class Following(HubWrites):
+    """Member Jobs followed: transitions carried out, start deadlines, the sweep."""
+
+    def carry_out(self, record: Record, step: lifecycle.Step) -> None:
+        """Take a transition's record (onto ``record`` itself: the store and in-flight
+        creates hold it) and do what it asks, in order."""
+        if step.record is not record:
+            for name in _RECORD_FIELDS:
+                setattr(record, name, getattr(step.record, name))
+        for effect in step.effects:
+            if isinstance(effect, effects.Event):
+                self._event(record, effect.reason, effect.message, warning=effect.warning)
+            elif isinstance(effect, effects.WriteStatus):
+                self._write_soon(record)
+            elif isinstance(effect, effects.Kick):
+                self.kick()
+            elif isinstance(effect, effects.DeleteJob):
+                member = self.members.get(effect.cluster)
+                if member is not None:
+                    self.pool.submit(quiet, member.delete_job, effect.name)
+            elif isinstance(effect, effects.Count):
+                if effect.what == "started":
+                    self.observer.started(record)
+                elif effect.what == "ended":
+                    self.observer.ended(record)
+                else:
+                    self.observer.retrying()
+            elif isinstance(effect, effects.Learn):
+                self._learn(record)
+
+    def _learn(self, record: Record) -> None:
+        self._learned.add(record.uid)
+        if record.job is not None and record.actual_s > 0:
+            try:
+                self.estimator.observe(record.job, record.gpu_type, record.actual_s)
+            except Exception:  # the predictor must never take the operator down
+                log.exception("predictor failed to learn from %s", record.key)
+
+    def _succeeded(self, record: Record, finished_s: float) -> None:
+        self.carry_out(record, lifecycle.succeeded(record, finished_s))
+
+    def _attempt_failed(self, record: Record, why: str, reason: str = "Retrying") -> None:
+        retry = self.store.policy.retry
+        now = self.clock.wall()
+        self.carry_out(record, lifecycle.attempt_failed(record, why, retry, now, reason))
+
+    def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        uid = labels.get(k.LABEL_UID, "")
+        attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
+        name = job["metadata"]["name"]
+        record = self.store.by_uid(uid)
+        if record is None:
+            return  # an orphan: the sweep deletes it once AIJobs are listed
+        if record.finished or record.phase == k.PHASE_INVALID:
+            return
+        if record.draining is not None and event == "DELETED":
+            self.kick()  # its preempted attempt is gone: the next may start
+        elif record.preemptions and not record.active and attempt <= record.attempts:
+            record.draining = record.draining or (member.name, name)  # seen after a restart
+        if attempt != record.attempts or (
+            record.active and record.cluster and record.cluster != member.name
+        ):
+            if attempt == record.attempts + 1 and not record.active and event != "DELETED":
+                # created just before a crash
+                self.carry_out(
+                    record, lifecycle.adopted(record, member.name, job, attempt, self.clock.wall())
+                )
+            else:
+                return  # a stale attempt: the sweep removes it
+        if not record.active or record.member_job != name:
+            return
+        if event == "DELETED":
+            self._attempt_failed(record, "its member Job was deleted")
+            return
+        record.observed = True
+        status = job.get("status") or {}
+        conditions = {
+            c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
+        }
+        now = self.clock.wall()
+        if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+            finished = parse_time(status.get("completionTime")) or now
+            self._succeeded(record, finished)
+        elif "Failed" in conditions or "FailureTarget" in conditions:
+            message = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get(
+                "message"
+            ) or "a worker failed"
+            self._attempt_failed(record, message)
+        else:
+            self._judge_start(record, job)
+
+    def _judge_start(self, record: Record, job: Mapping[str, Any] | None) -> None:
+        """A dispatched attempt whose workers all run is Running; one whose workers do not
+        all run within ``retry.start_timeout_s`` of its dispatch is removed and requeued,
+        never left half-started holding GPUs (:func:`cpn.core.gang.judge_start`). ``job``
+        is its member Job as last seen (None: not seen yet)."""
+        if record.phase != k.PHASE_DISPATCHED:
+            return
+        if not record.dispatch_s and job is not None:  # restored after a restart
+            created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+            record.dispatch_s = created or self.clock.wall()
+        wanted = record.job.workers if record.job is not None else 1
+        running = workers_running((job or {}).get("status") or {})
+        timeout_s = self.store.policy.retry.start_timeout_s
+        now = self.clock.wall()
+        verdict = judge_start(wanted, running, record.dispatch_s, now, timeout_s)
+        if verdict.action is Gang.REMOVE:
+            log.warning("%s on %s: %s", record.key, record.cluster, verdict.message)
+        retry = self.store.policy.retry
+        self.carry_out(record, lifecycle.start_judged(record, verdict, wanted, running, retry, now))
+
+    def _start_deadlines(self) -> None:
+        """Attempts of reachable members whose workers have not all started in time go."""
+        for record in self.store.active():
+            if record.phase != k.PHASE_DISPATCHED or not record.dispatch_s:
+                continue  # running ones were judged when their workers started
+            member = self.members.get(record.cluster)
+            reachable = self.member_status.get(record.cluster, (False, ""))[0]
+            if member is not None and reachable:
+                self._judge_start(record, member.jobs.get(record.member_job))
+
+    async def sweep(self) -> int:
+        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only
+        once the AIJobs are listed: before, every member Job would look orphaned)."""
+        deleted = 0
+        if not self.aijobs_listed:
+            return 0
+        for member in list(self.members.values()):
+            if not member.synced():
+                continue
+            for name, job in list(member.jobs.items()):
+                # Adopt first: a Job created just before a crash, whose Dispatched status
+                # never landed, belongs to a record that still reads Queued.
+                self._follow(member, "MODIFIED", job)
+                labels = (job.get("metadata") or {}).get("labels") or {}
+                record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
+                attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
+                why = why_stale(record, member.name, name, attempt)
+                if why is None:
+                    continue
+                log.info("deleting member Job %s/%s: %s", member.name, name, why)
+                await self.call(quiet, member.delete_job, name)
+                deleted += 1
+        return deleted
+
+
+def why_stale(record: Record | None, cluster: str, name: str, attempt: int) -> str | None:
+    """Why the sweep should delete a member Job, or None to keep it."""
+    if record is None:
+        return "its AIJob is gone"
+    if record.member_job == name and (
+        record.finished or (record.active and record.cluster == cluster)
+    ):
+        return None  # the live attempt, or the one that finished
+    if record.phase == k.PHASE_QUEUED and attempt > record.attempts:
+        return None  # dispatched but not yet recorded: adopted, or found again by its name
+    return f"attempt {attempt} is stale ({record.key} is {record.phase}, attempt {record.attempts})"
+
+
+def uncreated(records: Iterable[Record], mirrors: Mapping[str, Container[str]]) -> list[Record]:
+    """The active records whose member Job is missing from their member's mirror (members
+    not in ``mirrors``, not synced, are not judged)."""
+    return [
+        r
+        for r in records
+        if r.active and r.cluster in mirrors and r.member_job not in mirrors[r.cluster]
+    ]
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(Record))

@@ -1,0 +1,256 @@
+"""Writes to the hub: AIJob statuses (rendered by :mod:`cpn.runtime.status`, merged and
+paced) and MemberCluster statuses, by the write workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cpn.api import constants as k
+from cpn.api.status import IMMINENT, condition, merge_patch, rfc3339
+from cpn.runtime.ports import CallFailed
+from cpn.runtime.state import RuntimeState
+from cpn.runtime.status import render_status
+from cpn.runtime.store import Packed, Record, unpack
+
+log = logging.getLogger(__name__)
+
+#: An AIJob's position, score and ETA alone are rewritten at most this often...
+VOLATILE_WRITE_S = 30.0
+#: ...and less often with a long queue: about this many such writes per second in all.
+VOLATILE_WRITES_PER_S = 20.0
+
+
+class HubWrites(RuntimeState):
+    """AIJob and MemberCluster status writes."""
+
+    def render_status(self, record: Record) -> dict[str, Any]:
+        """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`)."""
+        status, record.refresh_by_s = render_status(
+            record, self.clock.wall(), self._member_namespace(record.cluster)
+        )
+        return status
+
+    def _member_namespace(self, cluster: str) -> str:
+        member = self.members.get(cluster)
+        return member.spec.namespace if member else ""
+
+    async def _write_worker(self) -> None:
+        """Take the next due status (or Event) from the queue and write it, paced."""
+        loop = asyncio.get_running_loop()
+        while True:
+            kind, item = await self.writes.get()
+            try:
+                await self.hub_writes.take()
+                if kind == "status":
+                    record = self.store.records.get(item)
+                    if record is not None:
+                        await self._write_status(record)
+                else:
+                    await loop.run_in_executor(self.write_pool, self.hub.post_event, *item)
+            except Exception:
+                log.exception("hub write failed")
+            finally:
+                if kind == "status":
+                    self.writes.done(item)
+
+    async def _write_status(self, record: Record) -> None:
+        """Merge-patch the AIJob's status with what changed since the last write."""
+        if record.deleting or record.key not in self.store.records:
+            return
+        if record.key in self._inflight:
+            # Its create first (it queues the write when it lands); but the hub must not
+            # show it at a place in the queue the others have been renumbered around.
+            status = self._starting(record)
+            if status is None:
+                return
+        else:
+            status = self.render_status(record)
+            record.written_sig = _signature(record)
+            record.written_at = self.clock.monotonic()
+        patch = merge_patch(unpack(record.written), status)
+        if not patch:
+            return
+        record.written = Packed(status)
+        self.observer.metrics.status_writes.inc()
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self.write_pool,
+                self.hub.patch_aijob_status,
+                record.namespace,
+                record.name,
+                patch,
+            )
+        except CallFailed as err:
+            record.written, record.written_sig = {}, None
+            if err.status != 404:
+                log.warning("status of %s not written: %s", record.key, err)
+        except Exception as err:  # the hub is unreachable: the next cycle writes it again
+            record.written, record.written_sig = {}, None
+            log.warning("status of %s not written: %s", record.key, err)
+
+    def _starting(self, record: Record) -> dict[str, Any] | None:
+        """The status of a started job whose member Job is being created, if the hub still
+        shows it at a place in the queue: still Queued (its Job does not exist yet),
+        without that place, its start imminent."""
+        written = unpack(record.written)
+        if written.get("position") is None:
+            return None
+        message = f"placed on {record.cluster} ({record.gpu_type}); creating its Job there"
+        status = {
+            key: value
+            for key, value in written.items()
+            if key not in {"position", "estimatedStart", "estimatedStartRange", "conditions"}
+        }
+        status.update(reason="Starting", message=message, eta=IMMINENT)
+        status["conditions"] = [
+            c
+            if c.get("type") != k.COND_ADMITTED
+            else condition(
+                k.COND_ADMITTED,
+                False,
+                "Starting",
+                message,
+                generation=record.generation,
+                now_s=self.clock.wall(),
+                previous=written.get("conditions") or (),
+            )
+            for c in written.get("conditions") or ()
+        ]
+        return status
+
+    def _write_all_soon(self) -> None:
+        """:meth:`write_all` in the background (the next cycle need not wait for it)."""
+        if self._writer is not None and not self._writer.done():
+            self._write_again = True
+            return
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    async def _write_loop(self) -> None:
+        while True:
+            self._write_again = False
+            try:
+                await self.write_all()
+            except Exception:
+                log.exception("status writes failed; retried after the next cycle")
+            if not self._write_again or self._stopping:
+                return
+
+    async def write_all(self) -> None:
+        """Write every AIJob whose status changed in substance; changes only to position,
+        score, ETA or the wait message are written at most every :meth:`volatile_period_s`
+        per AIJob (with thousands waiting they change for all of them every cycle)."""
+        now, wall = self.clock.monotonic(), self.clock.wall()
+        period = self.volatile_period_s()
+        due = [
+            r
+            for r in list(self.store.records.values())
+            if r.written_sig != _signature(r)
+            or now - r.written_at >= period
+            or (r.refresh_by_s is not None and wall >= r.refresh_by_s)
+        ]
+        for record in due:
+            record.refresh_by_s = None  # its write renders it again
+            self._write_soon(record)
+        for name in list(self.members):
+            await self.write_member_status(name)
+
+    def volatile_period_s(self) -> float:
+        """Seconds between writes of an AIJob's position, score and ETA alone: 30 s, longer
+        with a long queue (about VOLATILE_WRITES_PER_S such writes per second in all)."""
+        waiting = sum(1 for r in self.store.records.values() if not r.active and not r.finished)
+        return max(VOLATILE_WRITE_S, waiting / VOLATILE_WRITES_PER_S)
+
+    async def write_member_status(self, name: str, body: Mapping[str, Any] | None = None) -> None:
+        ready, why = self.member_status.get(name, (False, "not probed yet"))
+        # Conditions keep their lastTransitionTime while their status holds.
+        written = self._member_written.get(("member", name)) or (body or {}).get("status") or {}
+        previous = written.get("conditions") or ()
+        member = self.members.get(name)
+        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock.wall())}
+        if member is not None:
+            view = self._views.get(name)  # as the last cycle saw it
+            if view is None:
+                usage = self.store.usage_by_node()
+                ours = {n: u for (c, n), u in usage.items() if c == name}
+                view = member.cluster(ours, ready=ready)
+            types: dict[str, list[float]] = {}
+            for node in view.nodes:
+                row = types.setdefault(node.gpu_type, [0, 0.0, 0.0])
+                row[0] += 1
+                row[1] += node.gpus
+                row[2] += max(node.free_gpus, 0.0)
+            status["inventory"] = [
+                {"gpuType": t, "nodes": int(r[0]), "gpusTotal": r[1], "gpusFree": r[2]}
+                for t, r in sorted(types.items())
+            ]
+            status["gpusTotal"] = sum(r[1] for r in types.values())
+            status["gpusFree"] = sum(r[2] for r in types.values())
+            status["nodes"] = len(view.nodes)
+            status["types"] = ",".join(sorted(types))
+        source = self.metrics.get(name)
+        conditions_extra = []
+        if source is not None:
+            fresh, why_metrics = source.fresh(self.clock.wall())
+            status["metrics"] = {"fresh": fresh, "message": why_metrics}
+            conditions_extra.append(
+                condition(
+                    k.COND_METRICS,
+                    fresh,
+                    "Fresh" if fresh else "Degraded",
+                    why_metrics
+                    if fresh
+                    else f"{why_metrics}; scheduling uses the API's accounting only",
+                    generation=0,
+                    now_s=self.clock.wall(),
+                    previous=previous,
+                )
+            )
+        status["conditions"] = [
+            condition(
+                k.COND_READY,
+                ready,
+                "Reachable" if ready else "Unreachable",
+                why or "API answers",
+                generation=0,
+                now_s=self.clock.wall(),
+                previous=previous,
+            ),
+            *conditions_extra,
+        ]
+        key = ("member", name)
+        old = self._member_written.get(key, {})
+        comparable = {k_: v for k_, v in status.items() if k_ != "lastProbeTime"}
+        if old == comparable:
+            return
+        self._member_written[key] = comparable
+        try:
+            await self.call(self.hub.patch_member_status, name, status)
+        except Exception as err:  # CallFailed or the hub unreachable: retried next cycle
+            self._member_written.pop(key, None)
+            log.warning("status of member %s not written: %s", name, err)
+
+
+def _signature(record: Record) -> tuple[Any, ...]:
+    """What, when it changes, makes an AIJob's status worth writing at once."""
+    hold = record.hold
+    return (
+        record.phase,
+        record.reason,
+        record.attempts,
+        record.cluster,
+        record.member_job,
+        record.invalid,
+        record.unknown_queue,
+        record.generation,
+        record.start_s,
+        record.finish_s,
+        record.not_before_s,
+        record.eta_start_s is None,
+        record.position,
+        record.frees.job_key if record.frees else "",
+        hold.level if hold else "",
+    )

@@ -1,0 +1,177 @@
+"""The scheduling loop: when to cycle (kicks, debounced and paced; back-offs, start
+deadlines and the safety-net tick), one cycle (snapshot, plan off the loop, apply), and
+the ETA projection in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from cpn.api import constants as k
+from cpn.core.cycle import plan_cycle
+from cpn.core.eta import project
+from cpn.core.explain import Choice, Frees, choices, first_to_free
+from cpn.core.model import CyclePlan, Snapshot, WaitReason
+from cpn.runtime.dispatch import Dispatching
+from cpn.runtime.state import WRITE_WORKERS
+
+log = logging.getLogger(__name__)
+
+
+class Loop(Dispatching):
+    """When to cycle, and a cycle."""
+
+    async def wait_synced(self, timeout_s: float = 60.0) -> None:
+        """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
+        deadline = self.clock.monotonic() + timeout_s
+        while self.clock.monotonic() < deadline:
+            if all(m.synced() for m in self.members.values()):
+                return
+            await asyncio.sleep(0.05)
+
+    async def run(self) -> None:
+        """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
+        self.loop = asyncio.get_running_loop()
+        self.observer.start()
+        if self._policy_informer is None:
+            self.watch_policy()
+        try:
+            await asyncio.wait_for(self.policy_settled.wait(), timeout=15.0)
+        except TimeoutError:
+            log.warning(
+                "no valid policy ConfigMap %s/%s; scheduling with the defaults",
+                self.config.namespace,
+                self.config.policy_configmap,
+            )
+        await self.watch_hub()
+        await self.connect_members()
+        await self.wait_synced()
+        self._requeue_uncreated()
+        self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
+        self._write_workers = [
+            asyncio.get_running_loop().create_task(self._write_worker())
+            for _ in range(WRITE_WORKERS)
+        ]
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
+            await asyncio.sleep(self.config.debounce_s)
+            # Pace: cycles (plan_cycle is a thread holding the GIL) get at most half of the
+            # time, so events, dispatches and status writes keep flowing with a long queue.
+            rest = self._cycle_wall_s - (self.clock.monotonic() - self._cycle_end)
+            if rest > 0:
+                await asyncio.sleep(rest)
+            self._kick.clear()
+            if (
+                not self.leadership.leading()
+            ):  # deposed (e.g. paused past the renew deadline): act no more
+                log.error("not the leader any more: no cycle")
+                continue
+            try:
+                await self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed; retrying on the next kick")
+                await asyncio.sleep(1.0)
+
+    def _next_wake_s(self) -> float:
+        """Seconds until the safety-net tick, until a backing-off job may retry, or until a
+        start instant a status shows must be rendered again (:func:`start_fields`)."""
+        wait = self.config.interval_s
+        now = self.clock.wall()
+        for record in self.store.pending():
+            if record.not_before_s > now:
+                wait = min(wait, record.not_before_s - now + 0.05)
+            if record.refresh_by_s is not None:
+                wait = min(wait, record.refresh_by_s - now)
+        timeout_s = self.store.policy.retry.start_timeout_s
+        for record in self.store.active():  # an attempt's start deadline still ahead
+            deadline = record.dispatch_s + timeout_s
+            if record.phase == k.PHASE_DISPATCHED and record.dispatch_s and deadline > now:
+                wait = min(wait, deadline - now + 0.05)
+        return max(wait, 0.0)
+
+    async def cycle(self) -> CyclePlan:
+        """One scheduling cycle: snapshot, plan off the loop, apply."""
+        began = time.perf_counter()
+        self._requeue_lost()
+        self._start_deadlines()
+        self._drained()
+        clusters, bandwidth = self.clusters_view()
+        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
+        plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
+        self.cycles += 1
+        self.last_plan, self.last_snapshot = plan, snapshot
+        fields = {
+            "cycle": self.cycles,
+            "pending": len(snapshot.pending),
+            "running": len(snapshot.running),
+            "starts": len(plan.starts),
+            "holds": len(plan.holds),
+            "method": plan.stats.method,
+            "status": plan.stats.status,
+            "wall_s": round(wall, 4),
+        }
+        log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
+        await self.observer.cycle(self.cycles, snapshot, plan, wall)
+        await self.apply(plan, snapshot, chosen, frees)
+        self._cycle_end = self.clock.monotonic()
+        self._cycle_wall_s = time.perf_counter() - began
+        self.observer.cycle_applied(self._cycle_wall_s)
+        self._maybe_project()
+        return plan
+
+    def _maybe_project(self) -> None:
+        """Refresh ETAs in the background, at most every ``eta_interval_s``."""
+        if self._eta_task is not None and not self._eta_task.done():
+            return
+        # At most every eta_interval_s, and the projection at most a fifth of the time.
+        if self.clock.monotonic() - self._eta_at < max(
+            self.config.eta_interval_s, 4 * self._eta_wall_s
+        ):
+            return
+        self._eta_at = self.clock.monotonic()
+        self._eta_task = asyncio.get_running_loop().create_task(self.refresh_etas())
+
+    async def refresh_etas(self) -> None:
+        """Project the queue forward from now (after this cycle's starts) and write ETAs."""
+        clusters, bandwidth = self.clusters_view()
+        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
+        if not snapshot.pending:
+            return
+        started = self.clock.monotonic()
+        projection = await asyncio.to_thread(project, snapshot)
+        self._eta_wall_s = self.clock.monotonic() - started
+        now = snapshot.now_s
+        pending = [(r, projection.get(r.key)) for r in self.store.pending()]
+        for record, found in pending:  # all first: then one factor per queue
+            if found is not None and record.job is not None:
+                self.calibrator.projected(record.key, record.job.queue, now, found.start_s)
+        for record, found in pending:
+            if found is None or record.job is None:
+                record.eta_start_s = record.eta_finish_s = None
+                continue
+            told = self.calibrator.state(record.job.queue, found, now)
+            record.eta_start_s, record.eta_finish_s = told.start_s, told.end_s
+            record.eta_range = (told.start_low_s, told.start_high_s)
+        await self.write_all()
+
+
+def _plan_and_explain(
+    snapshot: Snapshot,
+) -> tuple[CyclePlan, float, dict[str, Choice], dict[str, Frees]]:
+    """The cycle's plan, plan_cycle's wall time, and the explanations the status keeps:
+    where each start went and the runner-up, which running job frees room for a waiting one."""
+    began = time.perf_counter()
+    plan = plan_cycle(snapshot)
+    wall = time.perf_counter() - began
+    waiting = [h.job_key for h in plan.holds if h.reason in _FREED_BY_ENDS]
+    return plan, wall, choices(snapshot, plan), first_to_free(snapshot, waiting)
+
+
+#: Wait reasons that end when running jobs end (not quota, back-off, suspension).
+_FREED_BY_ENDS = frozenset(
+    {WaitReason.Capacity, WaitReason.Waiting, WaitReason.Priority, WaitReason.Reservation}
+)

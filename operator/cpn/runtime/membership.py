@@ -1,0 +1,192 @@
+"""Member clusters: connecting to each (through the hub port), their watch and probe
+events, their health, and the core view of their nodes a cycle plans on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cpn.core.health import Health, Probe, Probes, health
+from cpn.runtime.following import Following
+from cpn.runtime.ports import Member, MemberUnusable
+
+log = logging.getLogger(__name__)
+
+
+class Membership(Following):
+    """Members: connected, watched, probed, viewed."""
+
+    async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
+        """A MemberCluster was added, changed or removed."""
+        name = body["metadata"]["name"]
+        old = self.members.pop(name, None)
+        if old is not None:
+            old.stop()
+        if event == "DELETED":
+            self.member_status.pop(name, None)
+            self.probes.pop(name, None)
+            self.kick()
+            return
+        spec = body.get("spec") or {}
+        try:
+            member = await self.call(
+                self.hub.connect_member, name, spec, self._member_callback, self._probe_callback
+            )
+        except MemberUnusable as err:
+            self.member_status[name] = (False, f"kubeconfig: {err}")
+            await self.write_member_status(name, body)
+            return
+        prometheus_url = spec.get("prometheusURL") or ""
+        if prometheus_url:
+            self.metrics[name] = self.hub.metrics_source(
+                prometheus_url, self.config.metrics_max_age_s
+            )
+        else:
+            self.metrics.pop(name, None)
+        self.members[name] = member
+        member.start()
+        self.kick()
+
+    def _member_callback(
+        self, member: str, kind: str, event: str, obj: Mapping[str, Any] | None
+    ) -> None:
+        self._threadsafe(self._on_member, member, kind, event, obj)
+
+    def _on_member(
+        self, member_name: str, kind: str, event: str, obj: Mapping[str, Any] | None
+    ) -> None:
+        member = self.members.get(member_name)
+        if member is None:
+            return
+        if kind == "jobs" and obj is not None and event in {"ADDED", "MODIFIED", "DELETED"}:
+            self._follow(member, event, obj)
+        elif kind == "jobs" and event == "LIST" and obj is not None:
+            for item in obj.get("items") or []:
+                self._follow(member, "ADDED", item)
+            if self.loop is not None:  # back after an outage: remove stale attempts at once
+                self.loop.create_task(self.sweep())
+        if kind == "jobs":
+            # A Job that ends frees GPUs: _follow kicks then. Its other changes (created,
+            # ready) free nothing, and a burst of dispatches would otherwise cycle per Job.
+            if event in {"LIST", "SYNCED", "ERROR"}:
+                self.kick()
+        elif kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
+            self.kick()
+
+    def _probe_callback(self, member: str, probe: Probe) -> None:
+        self._threadsafe(self._on_probe, member, probe)
+
+    def _on_probe(self, name: str, probe: Probe) -> None:
+        """A probe's result: a cycle at once when it turns the member's verdict, or when the
+        member's jobs are due to be requeued (the cycle writes and requeues)."""
+        if name not in self.members:
+            return
+        self.probes[name] = self.probes.get(name, Probes()).add(probe)
+        now = self.clock.monotonic()
+        verdict = self.member_health(name, now)
+        if verdict.ready != self._probe_ready.get(name):
+            self._probe_ready[name] = verdict.ready
+            log.log(
+                logging.INFO if verdict.ready else logging.WARNING,
+                "member %s: %s %s",
+                name,
+                verdict.reason,
+                verdict.message,
+            )
+            self.kick()
+        elif (
+            verdict.since_s is not None
+            and now - verdict.since_s >= self.config.member_timeout_s
+            and any(r.cluster == name for r in self.store.active())
+        ):
+            self.kick()
+
+    def member_health(self, name: str, now: float) -> Health:
+        """What the member's probes say at ``now`` (monotonic seconds)."""
+        member = self.members.get(name)
+        overdue = member.probe_overdue_s if member is not None else 0.0
+        return health(
+            self.probes.get(name, Probes()),
+            now,
+            grace_s=self.config.member_grace_s,
+            overdue_s=overdue,
+        )
+
+    def _member_ready(self, member: Member, now: float) -> tuple[bool, str]:
+        """Ready when its probes answer and its watches run (else why not: the probe's
+        error, then the failing watch's); not ready since its first missed probe, or since
+        now when only its watches fail."""
+        verdict = self.member_health(member.name, now)
+        ready, why = member.ready(self.config.member_grace_s)
+        if not verdict.ready:
+            why = verdict.message if ready else f"{verdict.message}; {why}"
+            ready = False
+        if ready:
+            self._not_ready_since.pop(member.name, None)
+        else:
+            since = verdict.since_s if verdict.since_s is not None else now
+            self._not_ready_since[member.name] = min(
+                self._not_ready_since.get(member.name, since), since
+            )
+        return ready, why
+
+    async def connect_members(self) -> None:
+        """Connect every registered member before the first cycle, so that member Jobs
+        created just before a restart are seen (and adopted) before anything is placed."""
+        for body in await self.call(self.hub.list_members):
+            name = body["metadata"]["name"]
+            if name not in self.members:
+                self.member_specs[name] = body.get("spec")
+                await self.member_event("ADDED", body)
+        # A member connected by its own handler before the AIJobs were listed had its Jobs
+        # listed when no record existed to match them: follow its mirror again now.
+        for member in list(self.members.values()):
+            for job in list(member.jobs.values()):
+                self._follow(member, "ADDED", job)
+
+    def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
+        """Core clusters from the members, and the bandwidth table."""
+        usage = self.store.usage_by_node()
+        clusters = []
+        bandwidth: dict[str, dict[str, float]] = {}
+        now = self.clock.monotonic()
+        started: dict[str, dict[str, float]] = {}  # member -> node -> latest start on it
+        for record in self.store.active():
+            began = record.start_s or record.dispatch_s
+            on = started.setdefault(record.cluster, {})
+            for node in record.nodes:
+                on[node] = max(on.get(node, 0.0), began)
+        for name, member in sorted(self.members.items()):
+            ready, why = self._member_ready(member, now)
+            self.member_status[name] = (ready, why)
+            ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
+            util = self._cpu_util(name, started.get(name, {}))
+            clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
+            bandwidth[name] = dict(member.spec.bandwidth_gbps)
+        self._views = {c.name: c for c in clusters}
+        self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
+        return clusters, bandwidth
+
+    def _cpu_util(self, member: str, started: Mapping[str, float]) -> dict[str, float]:
+        """Trusted node CPU utilisation of a member (samples older than the latest start of
+        a cpn job on the node left out)."""
+        source = self.metrics.get(member)
+        if source is None:
+            return {}
+        return source.cpu_util(self.clock.wall(), started)
+
+    async def metrics_loop(self, period_s: float = 10.0) -> None:
+        """Read every member's Prometheus periodically (Prometheus is pull-based)."""
+        while not self._stopping:
+            for source in list(self.metrics.values()):
+                await self.call(source.refresh)
+            await asyncio.sleep(period_s)
+
+
+def _pod_done(obj: Mapping[str, Any] | None) -> bool:
+    if obj is None:
+        return True
+    return (obj.get("status") or {}).get("phase") in {"Succeeded", "Failed"}

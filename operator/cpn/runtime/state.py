@@ -1,0 +1,146 @@
+"""The runtime's state and plumbing: what every part of :class:`~cpn.runtime.engine.Runtime`
+shares (the store, the members, the pools, the clock and the other ports), how a blocking
+call runs off the loop, how a cycle is asked for, and how Events and status writes are
+queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from cpn.api import constants as k
+from cpn.config import OperatorConfig
+from cpn.core.estimator import Estimator
+from cpn.core.eta_calibration import WaitCalibrator
+from cpn.core.health import Probes
+from cpn.core.model import Cluster, CyclePlan, Snapshot
+from cpn.core.policy import QueuePolicy
+from cpn.runtime.metrics import Observer
+from cpn.runtime.ports import Clock, Hub, Leadership, Member, MetricsSource, Watch
+from cpn.runtime.store import Record, Store
+from cpn.runtime.writes import Pace, WriteQueue
+
+log = logging.getLogger(__name__)
+
+#: Threads for AIJob status patches and Events.
+WRITE_WORKERS = 8
+EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
+
+
+class RuntimeState:
+    """The state every part of the runtime shares (see :class:`~cpn.runtime.engine.Runtime`)."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        hub: Hub,
+        estimator: Estimator,
+        *,
+        clock: Clock,
+        leadership: Leadership,
+        post_event: EventPoster | None = None,
+    ) -> None:
+        self.config = config
+        self.hub = hub
+        self.leadership = leadership
+        self.store = Store(QueuePolicy(), estimator)
+        self.estimator = estimator
+        self.members: dict[str, Member] = {}
+        self.member_status: dict[str, tuple[bool, str]] = {}
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.clock = clock
+        self.post_event: EventPoster = post_event if post_event is not None else self._post_event
+        self.pool = ThreadPoolExecutor(
+            max_workers=config.dispatch_workers, thread_name_prefix="cpn-api"
+        )
+        # Status patches and Events go through their own threads, so that a burst of them
+        # never queues ahead of member Job creation.
+        self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
+        self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst, clock=clock.monotonic)
+        self.writes = WriteQueue()
+        self._write_workers: list[asyncio.Task[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
+        self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
+        self._write_again = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._kick = asyncio.Event()
+        self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
+        self.policy_settled = asyncio.Event()  # ... or the defaults, and it is known why
+        self._restoring: asyncio.Task[None] | None = None
+        self._saving: asyncio.Task[None] | None = None
+        self._last_good: tuple[str, str] | None = None  # (document, version) to save
+        self._policy_version: str | None = None
+        self._policy_informer: Watch | None = None
+        self._hub_informers: list[Watch] = []
+        self.aijobs_listed = False  # the sweep waits for it
+        self.cycles = 0
+        self.last_plan: CyclePlan | None = None
+        self.last_snapshot: Snapshot | None = None
+        self.policy_error = ""
+        self._stopping = False
+        self._not_ready_since: dict[str, float] = {}
+        self.probes: dict[str, Probes] = {}  # each member's probe results, folded
+        self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
+        self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
+        self.member_specs: dict[str, Any] = {}
+        self.metrics: dict[str, MetricsSource] = {}
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._eta_task: asyncio.Task[None] | None = None
+        self._eta_at = 0.0
+        self._eta_wall_s = 0.0  # how long the last ETA projection took
+        # Projected waits scaled by how much later than projected jobs really started.
+        self.calibrator = WaitCalibrator()
+        self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
+        self._cycle_end = 0.0
+        self.observer = Observer(config, clock=clock)
+        self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
+        self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking API call in the pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def kick(self) -> None:
+        """Ask for a cycle soon (merged with other kicks)."""
+        self._kick.set()
+
+    def _threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def owner_of(self, namespace: str) -> tuple[str, str]:
+        """User and group of a namespace: the policy's mapping, then its labels, then its name."""
+        mapped = self.store.policy.namespaces.get(namespace)
+        if mapped:
+            return mapped
+        labels = self.namespaces.get(namespace, {})
+        return labels.get(k.LABEL_USER, namespace), labels.get(k.LABEL_GROUP, namespace)
+
+    def _post_event(
+        self, body: Mapping[str, Any], reason: str, message: str, warning: bool
+    ) -> None:
+        self.writes.add_event((body, reason, message, warning))
+
+    def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
+        body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
+        try:
+            self.post_event(body, reason, message, warning)
+        except Exception:  # events are best effort
+            log.debug("event not posted", exc_info=True)
+
+    def _write_soon(self, record: Record) -> None:
+        self.writes.add(record.key)
+
+
+def quiet(fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception as err:  # best effort; the sweep retries
+        log.warning("cleanup call failed: %s", err)
