@@ -1,0 +1,125 @@
+"""The benchmark workload (workloads/, issue 17 item 1) runs for real on the CPU, tiny shapes.
+
+It needs torch, torchvision and transformers, which the operator's venv does not carry:
+`make test` makes the workload's own venv (workloads/setup.sh, cached outside the work tree)
+and passes its python in CPN_WORKLOADS_PYTHON. Without it these tests skip, except under
+CI=true, where they fail: CI must run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = ROOT / "workloads"
+EVERY_MODEL = ("resnet50", "yolov8m", "llama3", "bert-large")
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    py = os.environ.get("CPN_WORKLOADS_PYTHON")
+    if not py:
+        message = "CPN_WORKLOADS_PYTHON is unset: run `make test` (it makes the workload venv)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return py
+
+
+def run(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """Run the workload on the CPU with no network: a download attempt would fail the run."""
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(WORKLOADS),
+        "CUDA_VISIBLE_DEVICES": "",
+        "HF_HUB_OFFLINE": "1",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "OMP_NUM_THREADS": "1",  # 2 threads on a shared 2-core machine ran ~3x slower,
+        **(env or {}),
+    }
+    proc = subprocess.run(
+        [python, "-m", "cpn_workloads", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"want one JSON line on stdout, got {proc.stdout!r}\n{proc.stderr}"
+    return proc.returncode, json.loads(lines[0])
+
+
+def test_bench_runs_every_model_and_reports_it(python: str, tmp_path: Path) -> None:
+    term = tmp_path / "termination-log"
+    rc, doc = run(
+        python, "bench", "--models", ",".join(EVERY_MODEL), "--budget-seconds", "1",
+        "--min-steps", "2", "--termination-log", str(term),
+    )  # fmt: skip
+    assert rc == 0, doc
+    assert doc["kind"] == "cpn.io/gpu-benchmark" and doc["mode"] == "bench"
+    assert doc["device"]["type"] == "cpu" and doc["device"]["threads"] >= 1
+    assert {"torch", "torchvision", "transformers", "python", "workload"} <= doc["software"].keys()
+    assert [r["model"] for r in doc["results"]] == list(EVERY_MODEL)
+    for r in doc["results"]:
+        assert "error" not in r, r
+        assert r["precision"] == "fp32"
+        assert r["samples_per_s"] > 0
+        assert r["steps"] >= 2 and r["batch_size"] >= 1 and r["params"] > 0
+        assert 0 < r["step_s"]["p50"] <= r["step_s"]["p90"]
+        # samples/s is the batch over the mean step time, so it sits near batch / p50
+        assert r["samples_per_s"] == pytest.approx(r["batch_size"] / r["step_s"]["p50"], rel=0.5)
+        assert r["shape"]
+    by = {r["model"]: r for r in doc["results"]}
+    # the published architectures at tiny inputs: torchvision's resnet50 and YOLOv8m's 25.9 M
+    assert by["resnet50"]["params"] == 25_557_032 and by["resnet50"]["shape"]["image"] == 32
+    assert by["yolov8m"]["params"] == pytest.approx(25.9e6, rel=0.01)
+    assert by["llama3"]["shape"]["of"] == "tiny" and by["llama3"]["shape"]["kv_heads"] == 1
+    # the termination message is the same document, within Kubernetes' 4096 bytes
+    text = term.read_text()
+    assert len(text.encode()) <= 4096
+    assert json.loads(text) == doc
+
+
+def test_train_writes_checkpoints_and_resumes_from_them(python: str, tmp_path: Path) -> None:
+    env = {"CPN_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+    rc, first = run(python, "train", "--model", "llama3", "--steps", "2", env=env)
+    assert rc == 0, first
+    assert first["kind"] == "cpn.io/training-run"
+    assert (first["start_step"], first["steps"], first["stopped_by"]) == (0, 2, "steps")
+    assert first["checkpoints_written"] == 1 and first["samples_per_s"] > 0
+    assert Path(first["checkpoint"]).is_file()
+    rc, second = run(python, "train", "--model", "llama3", "--steps", "3", env=env)
+    assert rc == 0, second
+    assert (second["start_step"], second["steps"]) == (2, 3)
+
+
+def test_an_oversized_result_is_compacted_for_the_termination_message(
+    python: str, tmp_path: Path
+) -> None:
+    term = tmp_path / "term"
+    script = f"""
+import json
+from pathlib import Path
+from cpn_workloads.run import write_termination
+big = {{"kind": "cpn.io/gpu-benchmark", "schema": 1, "mode": "bench",
+        "device": {{"type": "cuda", "name": "GPU", "memory_gib": 80.0, "count": 8}},
+        "software": {{"torch": "x", "python": "3.11"}},
+        "results": [{{"model": "m%d" % i, "shape": {{"pad": "x" * 400}}, "batch_size": 8,
+                      "samples_per_s": 1.5, "step_s": {{"p50": 1, "p90": 2}}}} for i in range(12)]}}
+write_termination(big, Path({str(term)!r}), True)
+"""
+    env = {**os.environ, "PYTHONPATH": str(WORKLOADS), "CUDA_VISIBLE_DEVICES": ""}
+    subprocess.run([python, "-c", script], env=env, check=True, timeout=120)
+    small = json.loads(term.read_text())
+    assert len(term.read_bytes()) <= 4096
+    assert small["truncated"] is True
+    assert [r["model"] for r in small["results"]] == [f"m{i}" for i in range(12)]
+    assert all("shape" not in r and r["samples_per_s"] == 1.5 for r in small["results"])
