@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,9 @@ def python() -> str:
     return py
 
 
-def run(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    """Run the workload on the CPU with no network: a download attempt would fail the run."""
-    full_env = {
+def cpu_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The CPU only, and no network: a download attempt would fail the run."""
+    return {
         **os.environ,
         "PYTHONPATH": str(WORKLOADS),
         "CUDA_VISIBLE_DEVICES": "",
@@ -42,11 +43,14 @@ def run(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "HTTP_PROXY": "http://127.0.0.1:9",
         "OMP_NUM_THREADS": "1",  # 2 threads on a shared 2-core machine ran ~3x slower,
-        **(env or {}),
+        **(extra or {}),
     }
+
+
+def run(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run(
         [python, "-m", "cpn_workloads", *args],
-        env=full_env,
+        env=cpu_env(env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -101,7 +105,7 @@ def test_train_writes_checkpoints_and_resumes_from_them(python: str, tmp_path: P
     assert (second["start_step"], second["steps"]) == (2, 3)
 
 
-def test_an_oversized_result_is_compacted_for_the_termination_message(
+def test_an_oversized_result_is_compacted_and_llama_layers_follow_memory(
     python: str, tmp_path: Path
 ) -> None:
     term = tmp_path / "term"
@@ -115,11 +119,44 @@ big = {{"kind": "cpn.io/gpu-benchmark", "schema": 1, "mode": "bench",
         "results": [{{"model": "m%d" % i, "shape": {{"pad": "x" * 400}}, "batch_size": 8,
                       "samples_per_s": 1.5, "step_s": {{"p50": 1, "p90": 2}}}} for i in range(12)]}}
 write_termination(big, Path({str(term)!r}), True)
+from cpn_workloads.models import llama_layers_that_fit as fit
+GiB = 2**30
+print(json.dumps([fit(8 * GiB, 2048, 1), fit(80 * GiB, 2048, 1), fit(80 * GiB, 2048, 4),
+                  fit(2000 * GiB, 2048, 1)]))
 """
-    env = {**os.environ, "PYTHONPATH": str(WORKLOADS), "CUDA_VISIBLE_DEVICES": ""}
-    subprocess.run([python, "-c", script], env=env, check=True, timeout=120)
+    out = subprocess.run(
+        [python, "-c", script], env=cpu_env(), check=True, timeout=120, capture_output=True
+    )
     small = json.loads(term.read_text())
     assert len(term.read_bytes()) <= 4096
     assert small["truncated"] is True
     assert [r["model"] for r in small["results"]] == [f"m{i}" for i in range(12)]
     assert all("shape" not in r and r["samples_per_s"] == 1.5 for r in small["results"])
+    # the Llama-3-8B shape's training state: 8 GiB holds not even the embeddings, 80 GiB part of
+    # the 32 layers (fewer at a larger batch), a (hypothetical) 2000 GiB all of them
+    small_gpu, a100, a100_batch4, huge = json.loads(out.stdout)
+    assert small_gpu == 0
+    assert 8 <= a100 < 32 and a100_batch4 < a100
+    assert huge == 32
+
+
+def test_train_checkpoints_on_sigterm_as_a_preempted_pod_would(python: str, tmp_path: Path) -> None:
+    """SIGTERM (Kubernetes' stop, e.g. on preemption) ends training with a checkpoint."""
+    env = cpu_env({"CPN_CHECKPOINT_DIR": str(tmp_path)})
+    proc = subprocess.Popen(
+        [python, "-m", "cpn_workloads", "train", "--model", "llama3", "--seconds", "600"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # wait until the training loop runs, then stop it
+            if "training llama3 from step" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    doc = json.loads(stdout)
+    assert doc["stopped_by"] == "signal" and doc["checkpoints_written"] == 1
+    assert (tmp_path / "llama3.pt").is_file() and doc["steps"] >= 1

@@ -73,14 +73,21 @@ def default_batch(name: str, tiny: bool) -> int:
     return {"resnet50": 64, "yolov8m": 16, "llama3": 1, "bert-large": 8}[name]
 
 
-def build(name: str, device: torch.device, tiny: bool, batch_size: int | None = None) -> Workload:
+def build(
+    name: str,
+    device: torch.device,
+    tiny: bool,
+    batch_size: int | None = None,
+    max_layers: int | None = None,
+) -> Workload:
+    """`max_layers` caps the decoder layers of the full Llama-3 shape (after out-of-memory)."""
     batch = batch_size or default_batch(name, tiny)
     if name == "resnet50":
         return _resnet50(device, tiny, batch)
     if name == "yolov8m":
         return _yolov8m(device, tiny, batch)
     if name == "llama3":
-        return _llama3(device, tiny, batch)
+        return _llama3(device, tiny, batch, max_layers)
     if name == "bert-large":
         return _bert(device, tiny, batch)
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
@@ -144,14 +151,14 @@ def llama_layers_that_fit(free_bytes: int, seq: int, batch: int) -> int:
     return int(max(0, min(int(LLAMA3_8B["num_hidden_layers"]), layers)))
 
 
-def _llama3(device: torch.device, tiny: bool, batch: int) -> Workload:
+def _llama3(device: torch.device, tiny: bool, batch: int, max_layers: int | None) -> Workload:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     shape: dict[str, Any] = dict(LLAMA3_TINY if tiny else LLAMA3_8B)
     seq = 64 if tiny else 2048
     if not tiny and device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        layers = llama_layers_that_fit(free, seq, batch)
+        layers = min(llama_layers_that_fit(free, seq, batch), max_layers or 32)
         if layers < 1:
             raise RuntimeError(f"not even one Llama-3-8B layer fits in {free / 2**30:.1f} GiB")
         shape["num_hidden_layers"] = layers

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from cpn_workloads import __version__
-from cpn_workloads.models import MODELS, Workload, build
+from cpn_workloads.models import MODELS, Workload, build, default_batch
 
 TERMINATION_LOG = Path("/dev/termination-log")
 TERMINATION_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
@@ -124,22 +124,29 @@ def quantile(values: list[float], q: float) -> float:
 def build_fitting(
     name: str, device: torch.device, tiny: bool, batch: int | None
 ) -> tuple[Workload, Callable[[], float], Any]:
-    """Build the model and run one step, halving the batch on out-of-memory until it fits."""
+    """Build the model and run one step; on out-of-memory halve the batch, then (for the
+    Llama-3 shape at batch 1) the number of layers, until it fits."""
+    batch = batch or default_batch(name, tiny)
+    max_layers: int | None = None
     while True:
         w = step = opt = None
         try:
-            w = build(name, device, tiny, batch)
+            w = build(name, device, tiny, batch, max_layers)
             step, opt = trainer(w, device, PRECISION[0])
             step()
             return w, step, opt
         except torch.OutOfMemoryError:
-            size = w.batch_size if w is not None else (batch or 0)
+            layers = w.shape.get("layers") if w is not None else max_layers
             del w, step, opt
             torch.cuda.empty_cache()
-            if size <= 1:
+            if batch > 1:
+                log(f"{name}: out of memory at batch {batch}; trying {batch // 2}")
+                batch //= 2
+            elif name == "llama3" and not tiny and (layers or 32) > 1:
+                max_layers = (layers or 32) // 2
+                log(f"{name}: out of memory at batch 1; trying {max_layers} layers")
+            else:
                 raise
-            batch = size // 2
-            log(f"{name}: out of memory at batch {size}; trying {batch}")
 
 
 PRECISION = ["fp32"]  # chosen once in main(); a list so build_fitting sees main's choice
@@ -221,6 +228,7 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
         tmp.replace(ckpt)  # atomic: a preempted save leaves the previous checkpoint whole
         saved += 1
 
+    log(f"training {args.model} from step {start_step + done}")
     t_start = last_save = time.perf_counter()
     loss = float("nan")
     reason = "steps"
