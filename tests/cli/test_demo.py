@@ -42,6 +42,15 @@ def test_the_examples_train_with_the_workload_image() -> None:
         args = container["args"]
         assert args[:2] == ["train", "--model"] and f'"{args[2]}"' in models, args
         assert "--steps" in args or "--seconds" in args
+        gpus = doc["spec"]["resources"]["gpus"]
+        if gpus > 1:  # one process per GPU, data-parallel
+            assert container["command"][:3] == [
+                "torchrun",
+                "--standalone",
+                f"--nproc-per-node={gpus}",
+            ]
+        else:  # the image's entry point
+            assert "command" not in container
     # the tag is the workload's own version, as workloads/Dockerfile builds it
     version = WORKLOAD_IMAGE.split(":")[1]
     init = (ROOT / "workloads" / "cpn_workloads" / "__init__.py").read_text()

@@ -92,19 +92,6 @@ def test_bench_runs_every_model_and_reports_it(python: str, tmp_path: Path) -> N
     assert json.loads(text) == doc
 
 
-def test_train_writes_checkpoints_and_resumes_from_them(python: str, tmp_path: Path) -> None:
-    env = {"CPN_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
-    rc, first = run(python, "train", "--model", "llama3", "--steps", "2", env=env)
-    assert rc == 0, first
-    assert first["kind"] == "cpn.io/training-run"
-    assert (first["start_step"], first["steps"], first["stopped_by"]) == (0, 2, "steps")
-    assert first["checkpoints_written"] == 1 and first["samples_per_s"] > 0
-    assert Path(first["checkpoint"]).is_file()
-    rc, second = run(python, "train", "--model", "llama3", "--steps", "3", env=env)
-    assert rc == 0, second
-    assert (second["start_step"], second["steps"]) == (2, 3)
-
-
 def test_an_oversized_result_is_compacted_and_llama_layers_follow_memory(
     python: str, tmp_path: Path
 ) -> None:
@@ -160,3 +147,22 @@ def test_train_checkpoints_on_sigterm_as_a_preempted_pod_would(python: str, tmp_
     doc = json.loads(stdout)
     assert doc["stopped_by"] == "signal" and doc["checkpoints_written"] == 1
     assert (tmp_path / "llama3.pt").is_file() and doc["steps"] >= 1
+
+
+def test_train_under_torchrun_is_data_parallel_and_resumes(python: str, tmp_path: Path) -> None:
+    """Two processes (gloo on the CPU, as NCCL on GPUs): one report, one checkpoint, resumable."""
+    torchrun = str(Path(python).parent / "torchrun")
+    env = {"CPN_CHECKPOINT_DIR": str(tmp_path)}
+    launch = [torchrun, "--standalone", "--nproc-per-node=2", "-m", "cpn_workloads", "train"]
+    proc = subprocess.run(
+        [*launch, "--model", "llama3", "--steps", "3"],
+        env=cpu_env(env), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.strip().splitlines()  # rank 0 alone reports
+    doc = json.loads(line)
+    assert (doc["world_size"], doc["steps"], doc["stopped_by"]) == (2, 3, "steps")
+    assert doc["checkpoints_written"] == 1 and (tmp_path / "llama3.pt").is_file()
+    # a single process resumes the data-parallel run's checkpoint (no DDP prefix in its keys)
+    rc, alone = run(python, "train", "--model", "llama3", "--steps", "4", env=env)
+    assert rc == 0 and (alone["start_step"], alone["steps"], alone["world_size"]) == (3, 4, 1)

@@ -122,7 +122,11 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def build_fitting(
-    name: str, device: torch.device, tiny: bool, batch: int | None
+    name: str,
+    device: torch.device,
+    tiny: bool,
+    batch: int | None,
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
 ) -> tuple[Workload, Callable[[], float], Any]:
     """Build the model and run one step; on out-of-memory halve the batch, then (for the
     Llama-3 shape at batch 1) the number of layers, until it fits."""
@@ -132,6 +136,8 @@ def build_fitting(
         w = step = opt = None
         try:
             w = build(name, device, tiny, batch, max_layers)
+            if wrap is not None:
+                w.model = wrap(w.model)
             step, opt = trainer(w, device, PRECISION[0])
             step()
             return w, step, opt
@@ -190,17 +196,42 @@ def bench_one(name: str, device: torch.device, args: argparse.Namespace) -> dict
     return result
 
 
+def world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them; (0, 1, 0) when run alone."""
+    env = os.environ
+    return (
+        int(env.get("RANK", "0")),
+        int(env.get("WORLD_SIZE", "1")),
+        int(env.get("LOCAL_RANK", "0")),
+    )
+
+
 def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
-    """Train `args.model` to --steps (resumed ones count) or for --seconds; checkpoint if asked."""
+    """Train `args.model` to --steps (resumed ones count) or for --seconds; checkpoint if asked.
+
+    Under torchrun (WORLD_SIZE > 1) every process trains its own GPU's copy, wrapped in
+    DistributedDataParallel; --batch-size is per process; rank 0 alone saves checkpoints and
+    reports. The processes agree after every step whether to stop, so none waits forever.
+    """
     torch.manual_seed(0)
-    w, step, opt = build_fitting(args.model, device, args.tiny, args.batch_size)
+    rank, size, _ = world()
+    wrap = None
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        def wrap(m: torch.nn.Module) -> torch.nn.Module:
+            ids = [device.index] if device.type == "cuda" else None
+            return DistributedDataParallel(m, device_ids=ids)
+
+    w, step, opt = build_fitting(args.model, device, args.tiny, args.batch_size, wrap)
+    bare = w.model.module if size > 1 else w.model
     ckdir = os.environ.get("CPN_CHECKPOINT_DIR")
     ckpt = Path(ckdir) / f"{args.model}.pt" if ckdir else None
     done = 1  # build_fitting ran one step
     start_step = 0
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=True)
-        w.model.load_state_dict(state["model"])
+        bare.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start_step = int(state["step"])
         done = 0  # the probe step above was on fresh weights: not counted
@@ -215,12 +246,12 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
 
     def save() -> None:
         nonlocal saved
-        if ckpt is None:
+        if ckpt is None or rank != 0:
             return
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         tmp = ckpt.with_suffix(".tmp")
         state = {
-            "model": w.model.state_dict(),
+            "model": bare.state_dict(),
             "optimizer": opt.state_dict(),
             "step": start_step + done,
         }
@@ -228,20 +259,25 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
         tmp.replace(ckpt)  # atomic: a preempted save leaves the previous checkpoint whole
         saved += 1
 
+    def should_stop() -> str | None:
+        reason = None
+        if args.steps is not None and start_step + done >= args.steps:
+            reason = "steps"
+        elif args.seconds is not None and time.perf_counter() - t_start >= args.seconds:
+            reason = "time"
+        elif stop["signal"]:
+            reason = "signal"
+        if size > 1:  # stop together: the largest code any process has (0 = go on)
+            codes = [None, "steps", "time", "signal"]
+            flag = torch.tensor([codes.index(reason)], device=device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            reason = codes[int(flag.item())]
+        return reason
+
     log(f"training {args.model} from step {start_step + done}")
     t_start = last_save = time.perf_counter()
     loss = float("nan")
-    reason = "steps"
-    while True:
-        if args.steps is not None and start_step + done >= args.steps:
-            reason = "steps"
-            break
-        if args.seconds is not None and time.perf_counter() - t_start >= args.seconds:
-            reason = "time"
-            break
-        if stop["signal"]:
-            reason = "signal"
-            break
+    while (reason := should_stop()) is None:
         loss = step()
         done += 1
         if ckpt is not None and time.perf_counter() - last_save >= args.checkpoint_every:
@@ -255,12 +291,13 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "shape": w.shape,
         "batch_size": w.batch_size,
+        "world_size": size,
         "precision": PRECISION[0],
         "start_step": start_step,
         "steps": start_step + done,
         "stopped_by": reason,
         "loss": round(loss, 4) if loss == loss else None,
-        "samples_per_s": round(w.batch_size * done / elapsed, 3) if elapsed > 0 else None,
+        "samples_per_s": round(w.batch_size * size * done / elapsed, 3) if elapsed > 0 else None,
         "checkpoints_written": saved,
         "checkpoint": str(ckpt) if ckpt else None,
     }
@@ -333,7 +370,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    rank, size, local = world()
     device = pick_device(args.device)
+    if size > 1:
+        if args.mode == "bench":
+            log("bench measures one GPU per process: run it without torchrun")
+            return 2
+        if device.type == "cuda":
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if args.tiny is None:
         args.tiny = device.type == "cpu"
     PRECISION[0] = pick_precision(device, args.precision)
@@ -360,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         doc.update(train(device, args))
-        doc["kind"] = "cpn.io/training-run"
+        if size > 1:
+            torch.distributed.destroy_process_group()
+        if rank != 0:
+            return 0  # rank 0 reports for all
     print(json.dumps(doc, separators=(",", ":")), flush=True)
     explicit = args.termination_log is not None
     write_termination(doc, args.termination_log or TERMINATION_LOG, explicit)
