@@ -156,8 +156,11 @@ def _llama3(device: torch.device, tiny: bool, batch: int, max_layers: int | None
 
     shape: dict[str, Any] = dict(LLAMA3_TINY if tiny else LLAMA3_8B)
     seq = 64 if tiny else 2048
-    if not tiny and device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
+    if not tiny:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+        else:  # --full on a CPU: the memory available now
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         layers = min(llama_layers_that_fit(free, seq, batch), max_layers or 32)
         if layers < 1:
             raise RuntimeError(f"not even one Llama-3-8B layer fits in {free / 2**30:.1f} GiB")
