@@ -18,7 +18,7 @@ POLICY  ?= fifo,sjf,oracle,las,gavel,default
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_ROOT_USER_ACTION := ignore
 
-.PHONY: help venv bed workloads-venv install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
+.PHONY: help venv bed workloads-venv workloads-lint install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -41,6 +41,9 @@ install: venv ## same as venv
 workloads-venv: ## the benchmark workload's own venv (torch, torchvision, transformers), cached outside the work tree
 	@bash workloads/setup.sh >/dev/null
 
+workloads-lint: venv workloads-venv ## mypy --strict on workloads/ against its own venv's torch (cold ~4 min, then cached)
+	cd workloads && $(abspath $(PY)) -m mypy --strict --python-executable $$(bash setup.sh 2>/dev/null | tail -1) cpn_workloads
+
 bed: ## the test bed's system parts: apt packages and the Go build (cold 5-15 min, then cached)
 	@bash testbed/setup.sh
 
@@ -54,7 +57,7 @@ lint: venv ## ruff + mypy --strict + the layering contracts (import-linter, in p
 	$(PY) -m mypy
 	PYTHONPATH=operator:. $(VENV)/bin/lint-imports --no-cache --no-logo
 
-test: lint bed workloads-venv ## every test, the end-to-end ones on the test bed and the workload's CPU run included (CI runs this)
+test: lint workloads-lint bed workloads-venv ## every test, the end-to-end ones on the test bed and the workload's CPU run included (CI runs this)
 	CPN_WORKLOADS_PYTHON=$$(bash workloads/setup.sh 2>/dev/null | tail -1) $(PYTEST) tests
 
 test-fast: venv ## unit tests only, no test bed

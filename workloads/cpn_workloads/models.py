@@ -25,7 +25,7 @@ MODELS = ("resnet50", "yolov8m", "llama3", "bert-large")
 
 # The Llama-3-8B shape (as published with the model): 32 layers of width 4096, 32 query and
 # 8 key/value heads, SwiGLU width 14336, vocabulary 128256, RoPE theta 500000.
-LLAMA3_8B = dict(
+LLAMA3_8B: dict[str, Any] = dict(
     hidden_size=4096,
     intermediate_size=14336,
     num_hidden_layers=32,
@@ -35,7 +35,7 @@ LLAMA3_8B = dict(
     rope_theta=500000.0,
     max_position_embeddings=8192,
 )
-LLAMA3_TINY = dict(
+LLAMA3_TINY: dict[str, Any] = dict(
     hidden_size=128,
     intermediate_size=448,
     num_hidden_layers=2,
@@ -46,10 +46,12 @@ LLAMA3_TINY = dict(
     max_position_embeddings=256,
 )
 # BERT-large (24 layers, width 1024, 16 heads), as for SQuAD fine-tuning.
-BERT_LARGE = dict(
+BERT_LARGE: dict[str, Any] = dict(
     hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
 )
-BERT_TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+BERT_TINY: dict[str, Any] = dict(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
+)
 
 # Bytes per parameter while training with AdamW on fp32 weights: weight, gradient, two moments.
 TRAIN_BYTES_PER_PARAM = 16
@@ -99,7 +101,7 @@ def _classifier_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch
 
 
 def _resnet50(device: torch.device, tiny: bool, batch: int) -> Workload:
-    from torchvision.models import resnet50
+    from torchvision.models import resnet50  # type: ignore[import-untyped]
 
     size = 32 if tiny else 224
     model = resnet50(weights=None).to(device)
@@ -166,7 +168,8 @@ def _llama3(device: torch.device, tiny: bool, batch: int, max_layers: int | None
             raise RuntimeError(f"not even one Llama-3-8B layer fits in {free / 2**30:.1f} GiB")
         shape["num_hidden_layers"] = layers
     config = LlamaConfig(**shape, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).to(device)
+    model: nn.Module = LlamaForCausalLM(config)
+    model = model.to(device)
     tokens = torch.randint(0, config.vocab_size, (batch, seq), device=device)
     full = shape["num_hidden_layers"] == LLAMA3_8B["num_hidden_layers"] and not tiny
     summary = {
@@ -195,7 +198,8 @@ def _bert(device: torch.device, tiny: bool, batch: int) -> Workload:
     shape = BERT_TINY if tiny else BERT_LARGE
     seq = 64 if tiny else 384
     config = BertConfig(**shape)
-    model = BertForQuestionAnswering(config).to(device)
+    model: nn.Module = BertForQuestionAnswering(config)
+    model = model.to(device)
     tokens = torch.randint(0, config.vocab_size, (batch, seq), device=device)
     starts = torch.randint(0, seq, (batch,), device=device)
     ends = torch.randint(0, seq, (batch,), device=device)

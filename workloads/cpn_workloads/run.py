@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -70,7 +70,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 
 def software() -> dict[str, Any]:
-    import torchvision
+    import torchvision  # type: ignore[import-untyped]
     import transformers
 
     return {
@@ -80,7 +80,11 @@ def software() -> dict[str, Any]:
         "torchvision": torchvision.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn": (
+            torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
+            if torch.backends.cudnn.is_available()  # type: ignore[no-untyped-call]
+            else None
+        ),
     }
 
 
@@ -106,7 +110,7 @@ def trainer(w: Workload, device: torch.device, precision: str) -> tuple[Callable
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = w.loss(w.model, w.batch)
-        scaler.scale(loss).backward()
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         scaler.step(opt)
         scaler.update()
         return float(loss.detach())  # waits for the step, so its time is measured whole
@@ -224,7 +228,7 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
             return DistributedDataParallel(m, device_ids=ids)
 
     w, step, opt = build_fitting(args.model, device, args.tiny, args.batch_size, wrap)
-    bare = w.model.module if size > 1 else w.model
+    bare = cast(torch.nn.Module, w.model.module) if size > 1 else w.model
     ckdir = os.environ.get("CPN_CHECKPOINT_DIR")
     ckpt = Path(ckdir) / f"{args.model}.pt" if ckdir else None
     done = 1  # build_fitting ran one step
@@ -306,7 +310,7 @@ def train(device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
 def compact(doc: dict[str, Any]) -> dict[str, Any]:
     """The same result without shapes and minor fields, for a termination message over 4 KiB."""
     keep = ("model", "batch_size", "precision", "samples_per_s", "step_s", "error")
-    small = {k: doc[k] for k in ("kind", "schema", "mode") if k in doc}
+    small: dict[str, Any] = {k: doc[k] for k in ("kind", "schema", "mode") if k in doc}
     small["device"] = {k: v for k, v in doc["device"].items() if k in ("name", "memory_gib")}
     small["software"] = {"torch": doc["software"]["torch"], "workload": __version__}
     small["results"] = [{k: r[k] for k in keep if k in r} for r in doc.get("results", [])]

@@ -54,7 +54,7 @@ class Bottleneck(nn.Module):
         self.shortcut = shortcut
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.b(self.a(x))
+        y: torch.Tensor = self.b(self.a(x))
         return x + y if self.shortcut else y
 
 
@@ -72,7 +72,8 @@ class C2f(nn.Module):
         parts = list(self.stem(x).chunk(2, dim=1))
         for block in self.blocks:
             parts.append(block(parts[-1]))
-        return self.fuse(torch.cat(parts, dim=1))
+        out: torch.Tensor = self.fuse(torch.cat(parts, dim=1))
+        return out
 
 
 class SPPF(nn.Module):
@@ -89,7 +90,8 @@ class SPPF(nn.Module):
         y = [self.reduce(x)]
         for _ in range(3):
             y.append(self.pool(y[-1]))
-        return self.fuse(torch.cat(y, dim=1))
+        out: torch.Tensor = self.fuse(torch.cat(y, dim=1))
+        return out
 
 
 class Detect(nn.Module):
@@ -147,7 +149,8 @@ class YOLOv8m(nn.Module):
         n3 = self.td3(torch.cat([self.up(t4), p3], dim=1))
         n4 = self.bu4(torch.cat([self.down3(n3), t4], dim=1))
         n5 = self.bu5(torch.cat([self.down4(n4), p5], dim=1))
-        return self.head([n3, n4, n5])
+        out: tuple[torch.Tensor, torch.Tensor] = self.head([n3, n4, n5])
+        return out
 
 
 def anchors(image_size: int) -> int:
