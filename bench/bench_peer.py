@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import tempfile
 import threading
 import time
@@ -290,6 +291,9 @@ def main() -> int:
                     op.stop()
             else:
                 raise SystemExit(f"unknown mode {name}")
+            print(
+                json.dumps({name: out[name]}), file=sys.stderr, flush=True
+            )  # kept if a later mode fails
         kueue.stop(tb)
     finally:
         bed_down(tb)

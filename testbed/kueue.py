@@ -299,6 +299,7 @@ def start(
     exe = root / "bin" / "kueue"
     ca_pem = tb.pki.ca.cert.read_bytes()
     serving = tb.pki.issue_serving("kueue-webhook")
+    crd_docs = crds(root)
     METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(serving.cert, METRICS_CERT_DIR / "tls.crt")
     shutil.copyfile(serving.key, METRICS_CERT_DIR / "tls.key")
@@ -312,7 +313,8 @@ def start(
         cfg.write_text(yaml.safe_dump(config(tb, cluster, limits), sort_keys=False))
         url = f"https://127.0.0.1:{tb.port(cluster, 'kueue-webhook')}"
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        _kubectl_apply(tb, cluster, [*crds(root), ns])
+        _kubectl_apply(tb, cluster, [*crd_docs, ns])
+        _crds_established(tb, cluster, [d["metadata"]["name"] for d in crd_docs], deadline)
         log = tb.log(cluster, COMPONENT)
         proc = procs.spawn(
             [str(exe), f"--config={cfg}", f"--kubeconfig={tb.kubeconfig(cluster)}"],
@@ -326,7 +328,8 @@ def start(
 
         def ready(c: str = cluster, lg: Path = log) -> bool:
             if c not in running(tb):
-                raise TestbedError(f"{c}/kueue exited during start-up; see {lg}")
+                tail = lg.read_text(errors="replace")[-1500:] if lg.exists() else ""
+                raise TestbedError(f"{c}/kueue exited during start-up; see {lg}:\n{tail}")
             return _healthy(tb, c)
 
         _wait(f"{cluster}/kueue ready", ready, deadline, log)
@@ -335,6 +338,25 @@ def start(
         _apply_until_ok(tb, cluster, queue_objects(tb, cluster), deadline)
     _wait("MultiKueue clusters Active", lambda: _clusters_active(tb), deadline)
     return time.monotonic() - t0
+
+
+def _crds_established(tb: Any, cluster: str, names: list[str], deadline: float) -> None:
+    """Wait until the API server serves the CRDs (Kueue exits if a kind is not served yet)."""
+    out = subprocess.run(
+        [
+            str(tb.kubectl),
+            f"--kubeconfig={tb.kubeconfig(cluster)}",
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={max(1, int(deadline - time.monotonic()))}s",
+            *(f"crd/{n}" for n in names),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise TestbedError(f"Kueue's CRDs not established on {cluster}: {out.stderr.strip()}")
 
 
 def _apply_until_ok(tb: Any, cluster: str, docs: list[dict[str, Any]], deadline: float) -> None:
