@@ -157,6 +157,30 @@ def test_a_resumed_attempt_tells_its_pods_where_to_resume() -> None:
         assert notes.get(k.ANNOTATION_RESUME_FROM) == ("1200" if manifest is resumed else None)
 
 
+def test_an_attempt_carries_its_fence_and_checkpoint_directories() -> None:
+    """The fencing token is a label of the Job and its pods and in every container's env,
+    with the attempt-scoped checkpoint directories under the AIJob's checkpoint root."""
+    b = body()
+    uid = b["metadata"]["uid"]
+    plain = render_job(b, start(), attempt=2, hub="hub", namespace="ns", fence="2-beef")
+    assert plain["metadata"]["labels"][k.LABEL_FENCE] == "2-beef"
+    pod = plain["spec"]["template"]
+    assert pod["metadata"]["labels"][k.LABEL_FENCE] == "2-beef"
+    for container in pod["spec"]["containers"]:
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["CPN_FENCE"] == "2-beef"
+        assert env["CPN_CHECKPOINT_DIR"] == f"/checkpoints/{uid}/attempt-2"
+        assert env["CPN_RESUME_DIRS"] == f"/checkpoints/{uid}/attempt-1"
+    b["metadata"]["annotations"] = {k.ANNOTATION_CHECKPOINT_ROOT: "/mnt/ckpt"}
+    rooted = render_job(b, start(), attempt=1, hub="hub", namespace="ns")
+    assert k.LABEL_FENCE not in rooted["metadata"]["labels"]
+    env = {
+        e["name"]: e["value"] for e in rooted["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["CPN_CHECKPOINT_DIR"] == f"/mnt/ckpt/{uid}/attempt-1"
+    assert "CPN_FENCE" not in env
+
+
 def test_render_job_survives_a_per_type_annotation_it_cannot_read():
     """Broken or 100,000-deep JSON in the per-GPU-type annotation adds nothing, raises nothing
     (the AIJob reader refuses both; this is the second guard at dispatch)."""
