@@ -8,6 +8,10 @@ moment, so the late ``Succeeded`` reaches it before its sweep can delete the Job
 when the result is in flight when the member returns. The AIJob does not take it: Event
 ``StaleAttempt``, the stale Job deleted, the job ends by attempt 2 on the other member.
 The member Jobs carry the fence and the checkpoint convention's environment.
+
+The module's policy is ``retry.member_lost: at-most-once``: the job above checkpoints, so
+it is requeued all the same; one that does not stays on its lost member (Event
+``MemberLost``) and runs there once when the member answers again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tests.e2e.test_faults import uid_of
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 TIMERS = {"member_grace_s": 2, "member_timeout_s": 20, "interval_s": 2}
+POLICY = "retry: {max_attempts: 2, backoff_s: 1, member_lost: at-most-once}\n"
 OTHER = {"member-a": "member-b", "member-b": "member-a"}
 
 
@@ -37,7 +42,8 @@ def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     # The operator is SIGSTOPped for a while below: without leader election, so that it
     # carries on when it is resumed (a lost Lease would end it, with no supervisor here).
     folder = tmp_path_factory.mktemp("fence")
-    with hubkit.running_hub(testbed, folder, args=("--no-leader-elect",), **TIMERS) as hub:
+    args = ("--no-leader-elect",)
+    with hubkit.running_hub(testbed, folder, policy=POLICY, args=args, **TIMERS) as hub:
         yield hub
 
 
@@ -78,7 +84,7 @@ def test_a_stale_attempts_late_success_is_not_taken(hub: hubkit.Hub, namespace: 
     elsewhere: its Succeeded is ignored with a StaleAttempt Event, its Job deleted, and
     the AIJob succeeds by attempt 2 (one success, on the other member)."""
     durations = {"A100-80GB": "45s", "V100-32GB": "45s"}
-    job = hubkit.aijob("split", gpus=4, durations=durations)
+    job = hubkit.aijob("split", gpus=4, durations=durations, checkpoint=True)
     assert hubkit.apply(hub, namespace, job).returncode == 0
     first = hubkit.wait_status(hub, namespace, "split", timeout_s=90, phase="Running")
     lost, other = first["cluster"], OTHER[first["cluster"]]
@@ -131,3 +137,37 @@ def test_a_stale_attempts_late_success_is_not_taken(hub: hubkit.Hub, namespace: 
     assert env["CPN_RESUME_DIRS"] == f"/checkpoints/{uid}/attempt-1"
     assert current.metadata.labels["cpn.io/fence"] == env["CPN_FENCE"] == second["fence"]
     assert hubkit.events_of(hub, namespace, "split").count("Succeeded") == 1
+
+
+def test_at_most_once_keeps_a_job_that_does_not_checkpoint_on_its_lost_member(
+    hub: hubkit.Hub, namespace: str
+) -> None:
+    """Under at-most-once a job without checkpoint: true is not requeued when its member
+    stops answering past the timeout (Event MemberLost, still attempt 1 there); when the
+    member answers again it finishes there: one member Job, never a second attempt."""
+    durations = {"A100-80GB": "40s", "V100-32GB": "40s"}
+    assert (
+        hubkit.apply(hub, namespace, hubkit.aijob("once", gpus=4, durations=durations)).returncode
+        == 0
+    )
+    first = hubkit.wait_status(hub, namespace, "once", timeout_s=90, phase="Running")
+    lost = first["cluster"]
+    uid = uid_of(hub, namespace, "once")
+    with hub.tb.paused(lost, "kube-apiserver"):
+        began = time.monotonic()
+        told = wait_until(
+            lambda: event_messages(hub, namespace, "once", "MemberLost"),
+            timeout_s=90,
+            what="a MemberLost Event",
+            every_s=0.2,
+        )
+        held_s = time.monotonic() - began
+        now = hub.status(namespace, "once")
+        assert (now["phase"], now["cluster"], now["attempts"]) == ("Running", lost, 1), now
+        assert "Requeued" not in hubkit.events_of(hub, namespace, "once")
+        assert "retry.member_lost: at-most-once" in told[0]
+    print(f"\n{lost} silent: job held there after {held_s:.1f}s (timeout 20 s), not requeued")
+    done = hubkit.wait_status(hub, namespace, "once", timeout_s=120, phase="Succeeded")
+    assert (done["cluster"], done["attempts"]) == (lost, 1)
+    assert hubkit.member_jobs_by_uid(hub.tb)[uid] == 1
+    assert "Requeued" not in hubkit.events_of(hub, namespace, "once")
