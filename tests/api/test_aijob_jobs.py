@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from cpn.api import constants as k
 from cpn.api.aijob import parse_aijob
-from cpn.api.jobs import member_job_name, render_job
+from cpn.api.jobs import finished_at, member_job_name, render_job
 from cpn.api.status import condition, human_duration, merge_patch
 from cpn.core.errors import InvalidSpec
 from cpn.core.model import Start
@@ -307,3 +308,32 @@ def test_a_template_too_big_for_a_member_is_invalid():
     template = {"spec": {"containers": [{"name": "train", "image": "t:1", "env": env}]}}
     found = errors_of({"template": template})
     assert "a member cluster stores at most 1048576" in found["spec.template"]
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("skew_s", [300.0, -300.0])
+def test_a_skewed_members_finish_is_read_on_one_clock(skew_s: float) -> None:
+    """A member whose clock is 5 minutes off: the attempt ran its Job's completionTime -
+    startTime (both the member's), not 5 minutes more or less (before: 300 s too long,
+    or 0 s, learned by the predictor)."""
+    began, now = 1_800_000_000.0, 1_800_000_130.0  # operator clock: ran 120 s, seen 10 s late
+    status = {
+        "startTime": _stamp(began - 2 + skew_s),
+        "completionTime": _stamp(began + 118 + skew_s),
+    }
+    assert finished_at(status, began, now) == began + 120.0
+
+
+def test_a_finish_seen_late_keeps_its_completion_time() -> None:
+    """No skew, seen after an outage: the member's completionTime as it is."""
+    began, now = 1_800_000_000.0, 1_800_003_600.0
+    status = {"startTime": _stamp(began - 2), "completionTime": _stamp(began + 300)}
+    assert finished_at(status, began, now) == began + 300
+
+
+def test_a_finish_without_stamps_is_now() -> None:
+    assert finished_at({}, 100.0, 250.0) == 250.0
+    assert finished_at({"completionTime": _stamp(1_800_000_000)}, 100.0, 250.0) == 250.0

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.aijob import parse_time
 from cpn.core.fence import checkpoint_env
 from cpn.core.model import Start
 
@@ -189,3 +190,22 @@ def workers_running(status: Mapping[str, Any]) -> int:
     ready = status.get("ready")
     counted = status.get("active") if ready is None else ready
     return int(counted or 0) + int(status.get("succeeded") or 0)
+
+
+def finished_at(status: Mapping[str, Any], began_s: float, now_s: float) -> float:
+    """When a member Job finished, on the operator's clock, from its status (stamped by
+    the member's clock, which may be off). Its ``completionTime`` is taken as it is when
+    it falls between the attempt's start ``began_s`` and ``now_s`` (a finish seen late,
+    after a restart or an outage); one outside (a member whose clock runs ahead or
+    behind) is not: the attempt then ran for its Job's ``completionTime - startTime``,
+    both read on the member's one clock, so the skew cancels (at most ``now_s``). With
+    neither stamp, ``now_s``."""
+    done = parse_time(status.get("completionTime"))
+    if done is None:
+        return now_s
+    if began_s <= done <= now_s:
+        return done
+    started = parse_time(status.get("startTime"))
+    if started is None or started > done:
+        return now_s
+    return min(began_s + (done - started), now_s)

@@ -44,7 +44,7 @@ from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
-from cpn.api.jobs import render_job, workers_running
+from cpn.api.jobs import finished_at, render_job, workers_running
 from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
@@ -630,8 +630,8 @@ class Runtime:
         }
         now = self.clock()
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            finished = parse_time(status.get("completionTime")) or now
-            self._succeeded(record, finished)
+            began = record.start_s or record.dispatch_s or now
+            self._succeeded(record, finished_at(status, began, now))
         elif "Failed" in conditions or "FailureTarget" in conditions:
             message = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get(
                 "message"
