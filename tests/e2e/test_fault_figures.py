@@ -119,6 +119,7 @@ def settle(
     timeout_s: float = 300,
     recovered: str = "Ready",
     since: str = "the fault ended",
+    on_finished: Callable[[], object] = lambda: None,
 ) -> Figures:
     """Wait (up to ``timeout_s``) until every AIJob of the burst has finished, and count."""
 
@@ -136,15 +137,19 @@ def settle(
             finished, timeout_s=timeout_s, what=f"{fault}: the burst finished", every_s=every_s
         )
     all_done_s = time.monotonic() - ended
+    on_finished()  # (a fault still going on ends here)
     done = phases()
     existing = sum(done.values())
     uids = {item["metadata"]["uid"]: item["metadata"]["name"] for item in hub.aijobs(namespace)}
-    at_end = hubkit.member_jobs_by_uid(hub.tb)
-    duplicated = sum(
-        1
-        for uid, name in uids.items()
-        if at_end[uid] > 1 or hubkit.events_of(hub, namespace, name).count("Succeeded") > 1
-    )
+
+    def left_over() -> list[str]:  # stale attempts not deleted (yet)
+        at_end = hubkit.member_jobs_by_uid(hub.tb)
+        return [uid for uid in uids if at_end[uid] > 1]
+
+    with contextlib.suppress(TimeoutError):  # the sweep runs every 5 s once members answer
+        wait_until(lambda: not left_over(), timeout_s=60, what="stale attempts deleted")
+    twice = {uid for uid, name in uids.items() if count_succeeded(hub, namespace, name) > 1}
+    duplicated = len(twice | set(left_over()))
     runs = creations.runs()
     figures = Figures(
         fault=fault,
@@ -161,6 +166,15 @@ def settle(
     )
     print("\n" + figures.line())
     return figures
+
+
+def count_succeeded(hub: hubkit.Hub, namespace: str, name: str) -> int:
+    """How many times the AIJob was said Succeeded (an Event counted again counts)."""
+    selector = f"involvedObject.name={name},reason=Succeeded"
+    return sum(
+        e.count or 1
+        for e in hub.core.list_namespaced_event(namespace, field_selector=selector).items
+    )
 
 
 def assert_whole(figures: Figures) -> None:
