@@ -26,6 +26,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
-from cpn.api.jobs import render_job, workers_running
+from cpn.api.jobs import finished_at, render_job, workers_running
 from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.status import (
@@ -61,6 +62,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta import project
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.explain import Choice, Frees, choices, first_to_free
+from cpn.core.fence import holds_for_member, job_result, judge_report, next_fence
 from cpn.core.gang import Gang, judge_start
 from cpn.core.health import Health, Probe, Probes, health
 from cpn.core.model import Cluster, CyclePlan, Snapshot, Start, WaitReason
@@ -146,6 +148,8 @@ class Runtime:
         self.policy_error = ""
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}
+        self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
+        self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
@@ -602,9 +606,15 @@ class Runtime:
             self.kick()  # its preempted attempt is gone: the next may start
         elif record.preemptions and not record.active and attempt <= record.attempts:
             record.draining = record.draining or (member.name, name)  # seen after a restart
-        if attempt != record.attempts or (
-            record.active and record.cluster and record.cluster != member.name
-        ):
+        status, fence = job.get("status") or {}, labels.get(k.LABEL_FENCE, "")
+        where = f"{name} on {member.name}"
+        told = judge_report(
+            record.attempts, record.fence, attempt, fence, job_result(status), where
+        )
+        if not told.current or (record.active and record.cluster and record.cluster != member.name):
+            if told.stale_result and (member.name, name) not in self._stale_told:
+                self._stale_told.add((member.name, name))
+                self._event(record, "StaleAttempt", told.message, warning=True)
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
                 self._adopt(record, member, job, attempt)  # created just before a crash
             else:
@@ -615,14 +625,13 @@ class Runtime:
             self._attempt_failed(record, "its member Job was deleted")
             return
         record.observed = True
-        status = job.get("status") or {}
         conditions = {
             c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
         }
         now = self.clock()
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            finished = parse_time(status.get("completionTime")) or now
-            self._succeeded(record, finished)
+            began = record.start_s or record.dispatch_s or now
+            self._succeeded(record, finished_at(status, began, now))
         elif "Failed" in conditions or "FailureTarget" in conditions:
             message = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get(
                 "message"
@@ -692,6 +701,7 @@ class Runtime:
             "annotations"
         ) or {}
         record.attempts = attempt
+        record.fence = (job["metadata"].get("labels") or {}).get(k.LABEL_FENCE, "")
         record.phase = k.PHASE_DISPATCHED
         record.cluster = member.name
         record.member_job = job["metadata"]["name"]
@@ -945,11 +955,14 @@ class Runtime:
     def _requeue_lost(self) -> None:
         """Jobs on a member that has been unreachable too long go back to the queue."""
         now = time.monotonic()
+        self._held = {held for held in self._held if held[1] in self._not_ready_since}
         for name, since in list(self._not_ready_since.items()):
             if now - since < self.config.member_timeout_s:
                 continue
             for record in self.store.active():
-                if record.cluster == name:
+                if record.cluster == name and not (
+                    name in self.members and self._held_for_member(record, name)
+                ):
                     record.phase = k.PHASE_QUEUED
                     record.reason = "MemberLost"
                     record.message = (
@@ -959,6 +972,22 @@ class Runtime:
                     self._event(record, "Requeued", record.message, warning=True)
                     self._clear_placement(record)
                     self._write_soon(record)
+
+    def _held_for_member(self, record: Record, name: str) -> bool:
+        """Under ``retry.member_lost: at-most-once`` a job that does not checkpoint waits
+        on its lost member until it answers again or is removed (an Event says so once)."""
+        job = record.job
+        if not holds_for_member(self.store.policy.retry.member_lost, bool(job and job.checkpoint)):
+            return False
+        if (record.key, name) not in self._held:
+            self._held.add((record.key, name))
+            message = (
+                f"member {name} unreachable for {self.config.member_timeout_s:.0f}s: the job "
+                "stays there, not requeued, until it answers again or is removed (policy "
+                "retry.member_lost: at-most-once; the job does not checkpoint)"
+            )
+            self._event(record, "MemberLost", message, warning=True)
+        return True
 
     async def apply(
         self,
@@ -1070,6 +1099,7 @@ class Runtime:
             return
         attempt = record.attempts + 1
         record.attempts = attempt
+        record.fence = next_fence(record.fence, attempt, secrets.token_hex(4))
         record.phase = k.PHASE_DISPATCHED
         record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
         record.predicted_runtime_s = start.predicted_runtime_s
@@ -1093,6 +1123,7 @@ class Runtime:
             gpu_product=_product_label(member, start),
             hami_pool=self.config.hami_pool or None,
             resume_from_s=resume_from,
+            fence=record.fence,
         )
         record.member_job = manifest["metadata"]["name"]
         record.reason = "Dispatched"
@@ -1432,7 +1463,10 @@ class Runtime:
         if not self.aijobs_listed:
             return 0
         for member in list(self.members.values()):
-            if not member.synced():
+            # Not a member that stopped answering: its mirror is old and a delete would
+            # hang there, holding up the sweep of the others (it is swept once it answers).
+            silent = self.member_health(member.name, time.monotonic()).since_s is not None
+            if not member.synced() or silent:
                 continue
             for name, job in list(member.jobs.items()):
                 # Adopt first: a Job created just before a crash, whose Dispatched status
