@@ -8,9 +8,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cpn.core.candidates import candidates
 from cpn.core.capacity import Capacity, worker_gpus
 from cpn.core.check import check_plan
-from cpn.core.cycle import _candidates, plan_cycle
+from cpn.core.cycle import plan_cycle
 from cpn.core.model import Cluster, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
 from cpn.core.presets import PRESETS
@@ -186,7 +187,7 @@ def _earliest_start(snap: Snapshot, after: Capacity, j: Job) -> float:
 
 def _fits_now(snap: Snapshot, after: Capacity, j: Job) -> bool:
     """True if ``j`` fits in room free now (not room of a job past its predicted end)."""
-    return any(after.fit(j, c.key) is not None for c in _candidates(j, after, snap))
+    return any(after.fit(j, c.key) is not None for c in candidates(j, after, snap))
 
 
 def _all_keep_their_start(
@@ -203,7 +204,7 @@ def _all_keep_their_start(
         j = jobs[key]
         must_now = at <= snap.now_s and _fits_now(snap, before, j)
         best: tuple[float, tuple[str, str], tuple[str, ...]] | None = None
-        for cand in _candidates(j, after, snap):
+        for cand in candidates(j, after, snap):
             if must_now:
                 nodes = after.fit(j, cand.key)
                 found = None if nodes is None else (snap.now_s, nodes)
@@ -256,7 +257,7 @@ def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
     }
     for key in reserved:
         j = jobs[key]
-        for cand in _candidates(j, after, snap):
+        for cand in candidates(j, after, snap):
             nodes = after.fit(j, cand.key)
             if nodes is None or cand.key in later:
                 continue

@@ -28,7 +28,7 @@ from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
-from cpn.core.model import Cluster, CyclePlan, Estimate, Job, Node, Running, Snapshot, Start
+from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
 from cpn.sim.clusters import ClusterSet
@@ -352,13 +352,13 @@ class World:
         self.calibrator = WaitCalibrator(eta_calibration)
         # Re-estimation of waiting jobs (refresh_estimates). Learning is counted in
         # observations; each job remembers the count its estimate was made at.
-        self.reestimate = reestimate and bool(getattr(estimator, "learns", True))
+        self.reestimate = reestimate and estimator.learns
         self.reestimates = 0  # estimate() calls made for jobs already estimated
         self.reestimate_wall_s = 0.0  # time spent making them
         self._learned = 0  # observations so far
         self._learned_by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
         self._learned_all = 0  # count when the estimator's knowledge version last changed
-        self._version = knowledge_version(estimator)
+        self._version = estimator.knowledge_version()
         self._refreshed_at = 0  # count at the last refresh
         self._estimated_at: dict[str, int] = {}  # job key -> count its estimate was made at
 
@@ -503,13 +503,13 @@ class World:
 
         What the estimator learns from a finished job is taken to change only the
         estimates of jobs of the same model or the same user; anything wider (the
-        predictor retraining) changes its knowledge version (:func:`knowledge_version`),
+        predictor retraining) changes its knowledge version (``Estimator.knowledge_version``),
         and every waiting job is then re-estimated. A job is re-estimated only when
         something of that kind was learned after its estimate was made, so a job whose
         model nobody ran meanwhile is never asked twice. The estimates are asked for in
-        one batch (``estimate_many(jobs, gpu_types)`` when the estimator has it).
+        one batch (``Estimator.estimate_many``).
         """
-        version = knowledge_version(self.estimator)
+        version = self.estimator.knowledge_version()
         if version != self._version:
             self._version = version
             self._learned += 1  # a change with no observation of its own (a thread retrained)
@@ -532,7 +532,7 @@ class World:
         if not stale:
             return 0
         started = time.perf_counter()
-        estimates = estimate_many(self.estimator, stale, self.gpu_types)
+        estimates = self.estimator.estimate_many(stale, self.gpu_types)
         self.reestimate_wall_s += time.perf_counter() - started
         self.reestimates += len(stale)
         for job, estimate in zip(stale, estimates, strict=True):
@@ -624,23 +624,18 @@ class World:
             projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
         self._eta_wall_s += time.perf_counter() - started
         self._eta_calls += 1
-        now, calibrator = self.now_s, self.calibrator
-        for key, seen in projection.items():  # jobs projected before: how far they slipped
-            if key in calibrator and key in self._pending:
-                calibrator.projected(key, self._pending[key].queue, now, seen.start_s)
+        now = self.now_s
+        told = self.calibrator.tell(projection, self._pending, now, waiting)
         for key in waiting:
-            state = self._states[key]
-            record = state.record
+            record = self._states[key].record
             record.eta_at_s = now
             found = projection.get(key)
             if found is not None:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
-                queue = state.job.queue
-                told = calibrator.state(queue, found, now)
-                record.eta_cal_start_s = told.start_s
-                record.eta_low_s, record.eta_high_s = told.start_low_s, told.start_high_s
-                calibrator.projected(key, queue, now, found.start_s)
+                stated = told[key]
+                record.eta_cal_start_s = stated.start_s
+                record.eta_low_s, record.eta_high_s = stated.start_low_s, stated.start_high_s
 
     def _expected_arrivals(self) -> list[Job]:
         """The jobs submitted in the last ``eta_arrivals_s``, as if submitted again one, two, ...
@@ -751,7 +746,7 @@ class World:
             self._learned_by[("m", state.job.model)] = self._learned
             if state.job.user:
                 self._learned_by[("u", state.job.user)] = self._learned
-            version = knowledge_version(self.estimator)
+            version = self.estimator.knowledge_version()
             if version != self._version:  # it retrained: every estimate may change
                 self._version = version
                 self._learned_all = self._learned
@@ -774,26 +769,6 @@ class World:
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
         state.job = job
         self._enqueue(job)
-
-
-def knowledge_version(estimator: Estimator) -> object:
-    """What changes when ``estimator``'s knowledge changed beyond the jobs it observed.
-
-    Its ``version`` attribute, else its ``retrains`` count (the predictor's: a retrained
-    model may change every estimate), else None (nothing beyond the observed jobs).
-    """
-    version = getattr(estimator, "version", None)
-    return version if version is not None else getattr(estimator, "retrains", None)
-
-
-def estimate_many(
-    estimator: Estimator, jobs: Sequence[Job], gpu_types: Sequence[str]
-) -> list[Estimate]:
-    """Estimates of ``jobs``: one ``estimate_many`` call when the estimator has it."""
-    batch = getattr(estimator, "estimate_many", None)
-    if batch is not None:
-        return list(batch(jobs, gpu_types))
-    return [estimator.estimate(job, gpu_types) for job in jobs]
 
 
 def truth_for(trace: Iterable[TraceJob], reference_gpu: str) -> TrueRuntime:
