@@ -4,7 +4,9 @@
 # from whichever Python 3.11 is on PATH and remade whenever pyproject.toml changes;
 # nothing is installed into that Python itself. The test bed's system parts (apt
 # packages, the Go-built control planes cached outside the work tree) come from
-# testbed/setup.sh, run by the targets that need them.
+# testbed/setup.sh, run by the targets that need them. The benchmark workload's torch,
+# torchvision and transformers never enter $(VENV): workloads/setup.sh puts them in a venv
+# of their own, cached outside the work tree and keyed by a hash of workloads/requirements.txt.
 VENV    ?= .venv
 BASEPY  ?= python3
 PY      := $(VENV)/bin/python
@@ -16,7 +18,7 @@ POLICY  ?= fifo,sjf,oracle,las,gavel,default
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_ROOT_USER_ACTION := ignore
 
-.PHONY: help venv bed install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
+.PHONY: help venv bed workloads-venv workloads-lint install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,21 +38,27 @@ venv: $(STAMP) ## the project's virtual environment (made on first use, remade w
 
 install: venv ## same as venv
 
+workloads-venv: ## the benchmark workload's own venv (torch, torchvision, transformers), cached outside the work tree
+	@bash workloads/setup.sh >/dev/null
+
+workloads-lint: venv workloads-venv ## mypy --strict on workloads/ against its own venv's torch (cold ~4 min, then cached)
+	cd workloads && $(abspath $(PY)) -m mypy --strict --python-executable $$(bash setup.sh 2>/dev/null | tail -1) cpn_workloads
+
 bed: ## the test bed's system parts: apt packages and the Go build (cold 5-15 min, then cached)
 	@bash testbed/setup.sh
 
 fmt: venv ## format and auto-fix
-	$(PY) -m ruff format operator predictor testbed tests bench
-	$(PY) -m ruff check --fix operator predictor testbed tests bench
+	$(PY) -m ruff format operator predictor testbed tests bench workloads
+	$(PY) -m ruff check --fix operator predictor testbed tests bench workloads
 
 lint: venv ## ruff + mypy --strict + the layering contracts (import-linter, in pyproject.toml)
-	$(PY) -m ruff check operator predictor testbed tests bench
-	$(PY) -m ruff format --check operator predictor testbed tests bench
+	$(PY) -m ruff check operator predictor testbed tests bench workloads
+	$(PY) -m ruff format --check operator predictor testbed tests bench workloads
 	$(PY) -m mypy
 	PYTHONPATH=operator:. $(VENV)/bin/lint-imports --no-cache --no-logo
 
-test: lint bed ## every test, the end-to-end ones on the test bed included (CI runs this)
-	$(PYTEST) tests
+test: lint workloads-lint bed workloads-venv ## every test, the end-to-end ones on the test bed and the workload's CPU run included (CI runs this)
+	CPN_WORKLOADS_PYTHON=$$(bash workloads/setup.sh 2>/dev/null | tail -1) $(PYTEST) tests
 
 test-fast: venv ## unit tests only, no test bed
 	$(PYTEST) tests -m 'not e2e'

@@ -18,7 +18,8 @@ from cpn.api.predictions import PredictorEstimator
 from cpn.core.model import Job
 from predictor.catalog import BenchmarkTable, gpu_types, model_names
 from predictor.history import History, HistoryRecord, measurements_from_history
-from predictor.model import Measurement, Query, ThroughputModel, measurements_from_table
+from predictor.measurements import Measurement, Query, measurements_from_table
+from predictor.model import ThroughputModel
 
 
 def _queries(n: int, rng: random.Random) -> list[Query]:

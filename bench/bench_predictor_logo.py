@@ -19,8 +19,10 @@ import json
 import time
 from typing import Any
 
+from predictor.evaluation import evaluate
 from predictor.knowledge import RULE, shipped, shipped_rejected
-from predictor.model import FAMILIES, evaluate, measurements_from_table
+from predictor.measurements import measurements_from_table
+from predictor.model import FAMILIES
 
 #: resnet50, a detector (SSD, Lambda's) and a transformer (Gavel's Transformer, BERT-base
 #: in Lambda's); a type gets the ones measured on it

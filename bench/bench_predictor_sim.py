@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
 from cpn.api.predictions import PredictorEstimator  # noqa: E402
+from cpn.core.estimator import Estimator  # noqa: E402
 from cpn.core.model import Estimate, Job  # noqa: E402
 from cpn.core.presets import preset_policy  # noqa: E402
 from cpn.sim import report  # noqa: E402
@@ -59,7 +60,7 @@ DEFAULT_TRACE = DATA / "philly" / "ee9e8c.csv"
 DEFAULT_CLUSTERS = DATA / "gavel-cluster.yaml"
 
 
-class Recording:
+class Recording(Estimator):
     """Wraps an estimator; keeps the first estimate of each job of the held-out models.
 
     ``at_start`` (filled by :func:`run_holdout`) holds, per held-out job, the estimate
@@ -78,10 +79,9 @@ class Recording:
         self.reestimates = 0
         self.reestimate_wall_s = 0.0
 
-    @property
-    def retrains(self) -> int:
-        """The inner predictor's retrain count (the world's knowledge version)."""
-        return self.inner.retrains
+    def knowledge_version(self) -> object:
+        """The inner predictor's (its retrain count)."""
+        return self.inner.knowledge_version()
 
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """The inner estimate, recorded the first time a held-out job is seen."""

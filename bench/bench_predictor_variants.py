@@ -67,16 +67,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.catalog import BenchmarkTable, ModelSpec  # noqa: E402
-from predictor.model import (  # noqa: E402
-    Measurement,
-    Priors,
-    Specs,
-    blend_ratio,
-    fit_alpha,
-    fit_roofline,
-    measurements_from_table,
-    time_terms,
-)
+from predictor.measurements import Measurement, measurements_from_table  # noqa: E402
+from predictor.priors import Priors  # noqa: E402
+from predictor.roofline import Specs, blend_ratio, fit_alpha, fit_roofline, time_terms  # noqa: E402
 
 K_SHRINK = 4.0
 Key = tuple[str, str, int, int]  # model, input, batch, GPUs

@@ -157,7 +157,8 @@ def batch_size_in_name(name: str) -> int | None:
 # --------------------------------------------------------------------------- catalogs
 
 
-def _data_text(filename: str) -> str:
+def data_text(filename: str) -> str:
+    """The text of ``filename`` in the predictor's packaged data directory."""
     return resources.files("predictor").joinpath("data", filename).read_text(encoding="utf-8")
 
 
@@ -192,7 +193,7 @@ def _index(kind: str, names: Iterable[tuple[str, Iterable[str]]], keyf: Any) -> 
 
 @cache
 def _catalogs() -> _Catalogs:
-    gdoc = yaml.safe_load(_data_text("gpus.yaml"))["gpus"]
+    gdoc = yaml.safe_load(data_text("gpus.yaml"))["gpus"]
     gpus = {
         name: GpuSpec(
             name=name,
@@ -210,7 +211,7 @@ def _catalogs() -> _Catalogs:
         )
         for name, e in gdoc.items()
     }
-    mdoc = yaml.safe_load(_data_text("models.yaml"))["models"]
+    mdoc = yaml.safe_load(data_text("models.yaml"))["models"]
     models = {
         name: ModelSpec(
             name=name,
@@ -415,7 +416,7 @@ class BenchmarkTable:
     @cache
     def default(cls) -> BenchmarkTable:
         """The shipped table (Gavel's measured throughputs, see ``data/README.md``)."""
-        text = _data_text("benchmarks.csv")
+        text = data_text("benchmarks.csv")
         return cls.parse(text.splitlines(), source="predictor/data/benchmarks.csv")
 
     @classmethod

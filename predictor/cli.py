@@ -24,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from predictor.artifacts import load as load_artifact
+from predictor.artifacts import save as save_artifact
 from predictor.catalog import (
     BenchmarkError,
     BenchmarkTable,
@@ -31,6 +33,7 @@ from predictor.catalog import (
     canonical_gpu,
     gpu_types,
 )
+from predictor.evaluation import evaluate
 from predictor.knowledge import (
     COLLAPSE,
     RULE,
@@ -40,16 +43,8 @@ from predictor.knowledge import (
     shipped,
     with_shipped,
 )
-from predictor.model import (
-    FAMILIES,
-    Measurement,
-    Query,
-    ThroughputModel,
-    evaluate,
-    measurements_from_table,
-)
-from predictor.model import load as load_artifact
-from predictor.model import save as save_artifact
+from predictor.measurements import Measurement, Query, measurements_from_table
+from predictor.model import FAMILIES, ThroughputModel
 
 
 def _parser() -> argparse.ArgumentParser:

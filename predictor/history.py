@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from predictor.model import Measurement
+from predictor.measurements import Measurement
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS finished_jobs (

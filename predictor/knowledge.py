@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from predictor.catalog import BenchmarkRow, BenchmarkTable, _data_text, precision_class
+from predictor.catalog import BenchmarkRow, BenchmarkTable, data_text, precision_class
 
 __all__ = [
     "COLLAPSE",
@@ -160,7 +160,7 @@ def screened(table: BenchmarkTable) -> tuple[BenchmarkTable, list[Rejected]]:
 @cache
 def _raw() -> tuple[BenchmarkTable, ...]:
     return tuple(
-        BenchmarkTable.parse(_data_text(name).splitlines(), source=source)
+        BenchmarkTable.parse(data_text(name).splitlines(), source=source)
         for name, source in _SHIPPED
     )
 

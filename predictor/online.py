@@ -6,10 +6,9 @@
 ``Estimator`` through :mod:`cpn.api.predictions`. Layers, cheapest first, all answered
 from memory (the scheduling path never trains and never waits):
 
-1. **Throughput** of (model, GPU type, batch size, GPUs) from the
-   :class:`~predictor.model.ThroughputModel`: the measurement when that pair was
-   benchmarked or observed, else the scaling prior corrected by the forest. Cached per
-   key until the model is replaced.
+1. **Throughput** of (model, GPU type, batch size, GPUs) from :mod:`predictor.model`:
+   the measurement when that pair was benchmarked or observed, else the scaling prior
+   corrected by the forest. Cached per key until the model is replaced.
 2. **Online correction**: every finished job with declared work gives an observed
    throughput ``work / actual_s``; the log-ratio to the model's prediction is averaged
    per (model, GPU type) and per model and applied with shrinkage ``n / (n + 1)``
@@ -50,12 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from predictor import model as model_mod
+from predictor import artifacts
 from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
 from predictor.jobs import JobFacts, JobLike, Prediction
-from predictor.model import Measurement, Query, ThroughputModel, measurements_from_table
+from predictor.measurements import Measurement, Query, measurements_from_table
+from predictor.model import ThroughputModel
 from predictor.runtimes import RuntimeHistory
 
 log = logging.getLogger("predictor")
@@ -150,7 +150,7 @@ class OnlinePredictor:
         self.retrains = 0
         self._base = measurements_from_table(self.table)
         if artifact is not None:
-            self.model = model_mod.load(artifact)
+            self.model = artifacts.load(artifact)
         else:
             self.model = ThroughputModel(family, seed=seed).fit(self._base, table=self.table)
         self._bench_models = frozenset(m.model for m in self.model.measurements)

@@ -65,7 +65,7 @@ KCM_CONTROLLERS = (
 )
 #: stop order: clients first, storage last
 _STOP_TIERS = (
-    ("prometheus", "dcgm", "kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kueue", "prometheus", "dcgm", "kwok", "kube-scheduler", "kube-controller-manager"),
     ("kube-apiserver",),
     ("etcd",),
 )
@@ -267,6 +267,13 @@ class Testbed:
     def process_table(self) -> dict[str, procs.Proc]:
         """Every recorded process by ``<cluster>/<component>`` (alive or not)."""
         return dict(self._procs)
+
+    def record_process(self, key: str, proc: procs.Proc) -> None:
+        """Record a process started beside the bed (``<cluster>/<component>``, e.g. the
+        MultiKueue peer's ``hub/kueue``) so that ``down`` stops it too."""
+        with self._lock:
+            self._procs[key] = proc
+        self._save_state()
 
     def processes(self) -> list[procs.Proc]:
         """The bed's processes that are alive now."""

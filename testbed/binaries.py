@@ -24,12 +24,17 @@ class MissingBinaryError(RuntimeError):
     """A binary the bed needs is not installed; the message says how to get it."""
 
 
-def cache_key(go_dir: Path = GO_DIR) -> str:
-    """First 12 hex digits of sha256(go.sum + build.sh), as build.sh computes it."""
+def cache_key(go_dir: Path = GO_DIR, files: tuple[str, ...] = ("go.sum", "build.sh")) -> str:
+    """First 12 hex digits of sha256 of ``files`` in ``go_dir``, as its build.sh computes it."""
     digest = hashlib.sha256()
-    digest.update((go_dir / "go.sum").read_bytes())
-    digest.update((go_dir / "build.sh").read_bytes())
+    for name in files:
+        digest.update((go_dir / name).read_bytes())
     return digest.hexdigest()[:12]
+
+
+def cache_dir() -> Path:
+    """``$CPN_TESTBED_CACHE``, else ``~/.cache/cpn-testbed``: where the Go builds are kept."""
+    return Path(os.environ.get("CPN_TESTBED_CACHE") or Path.home() / ".cache" / "cpn-testbed")
 
 
 def default_bin_dir() -> Path:
@@ -37,8 +42,7 @@ def default_bin_dir() -> Path:
     explicit = os.environ.get("CPN_TESTBED_BIN")
     if explicit:
         return Path(explicit)
-    cache = os.environ.get("CPN_TESTBED_CACHE") or str(Path.home() / ".cache" / "cpn-testbed")
-    return Path(cache) / cache_key() / "bin"
+    return cache_dir() / cache_key() / "bin"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start hub + members (idempotent); prints where things are")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
+    up.add_argument(
+        "--with",
+        dest="extras",
+        action="append",
+        choices=["kueue"],
+        default=[],
+        help="also start a peer: kueue = Kueue's MultiKueue (hub manager, members as workers;"
+        " builds it first if it is not cached)",
+    )
     down = sub.add_parser("down", help="stop every process of the bed")
     down.add_argument("--purge", action="store_true", help="also delete the state directory")
     st = sub.add_parser("status", help="health of every component; exit 1 unless all healthy")
@@ -40,6 +49,13 @@ def main(argv: list[str]) -> int:
             print(f"  kubectl     {tb.kubectl}")
             for m in tb.members:
                 print(f"  {m:<10}  prometheus {tb.prometheus_url(m)}  api {tb.api_url(m)}")
+            if "kueue" in args.extras:
+                from testbed import kueue
+
+                root = kueue.build()
+                took = kueue.start(tb, root=root)
+                print(f"  kueue       MultiKueue ready in {took:.1f} s ({root}); queue label")
+                print(f"              {kueue.QUEUE_LABEL}={kueue.QUEUE}, see testbed/kueue.py")
             print(f"  logs        {tb.logs_dir}")
             return 0
         if args.cmd == "down":

@@ -155,6 +155,10 @@ class Pki:
         """The kube-apiserver serving certificate of ``cluster``."""
         return self._issue(f"{cluster}-apiserver", cn=f"{cluster}-apiserver", server=True)
 
+    def issue_serving(self, stem: str) -> CertFiles:
+        """A serving certificate for 127.0.0.1 named ``stem`` (e.g. a webhook server's)."""
+        return self._issue(stem, cn=stem, server=True)
+
     def admin(self) -> CertFiles:
         """The admin client certificate (group system:masters), valid on every cluster."""
         return self._issue("admin", cn="cpn-testbed-admin", orgs=("system:masters",))

@@ -40,4 +40,9 @@ done
 "$BIN/kube-apiserver" --version | grep -q "^Kubernetes v1\.36\." || die "kube-apiserver has the wrong version"
 t2=$(date +%s)
 say "binaries ready in $((t2 - t1)) s: $BIN"
-say "done in $((t2 - t0)) s"
+# --- Kueue (the MultiKueue peer: testbed/kueue.py, bench/bench_peer.py) ---------
+KUEUE=$(bash kueue/build.sh | tail -1) || die "building Kueue failed (see above)"
+[ -x "$KUEUE/bin/kueue" ] || die "$KUEUE/bin/kueue is missing after the build"
+t3=$(date +%s)
+say "kueue ready in $((t3 - t2)) s: $KUEUE"
+say "done in $((t3 - t0)) s"

@@ -50,6 +50,9 @@ PORT_OFFSETS: dict[str, int] = {
     "kwok": 5,
     "prometheus": 6,
     "dcgm": 7,
+    # only with the MultiKueue peer (testbed.kueue)
+    "kueue-webhook": 8,
+    "kueue-health": 9,
 }
 
 

@@ -38,6 +38,7 @@ COVERED = {
     "bench/bench_dispatch.py": ["e2e: bench_dispatch"],
     "bench/bench_latency.py": ["e2e: bench_latency"],
     "bench/bench_memory.py": ["e2e: bench_memory"],
+    "bench/bench_peer.py": ["e2e: bench_peer"],
 }
 
 

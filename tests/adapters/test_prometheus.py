@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpn.adapters.prometheus import MetricsSource, Reading, Sample, _vector
+from cpn.adapters.prometheus import MetricsSource, Reading, Sample, _vector, read_error
 
 
 def source_with(cpu: dict[str, Sample], ok: bool = True) -> MetricsSource:
@@ -47,3 +47,17 @@ def test_vector_parsing_skips_nan_and_unlabelled_rows():
         {"metric": {}, "value": [5, "0.3"]},
     ]
     assert _vector(rows, "instance") == {"a": Sample(0.5, 5.0)}
+
+
+def test_a_read_that_timed_out_says_so_within_the_cut() -> None:
+    """A slow Prometheus: the client's error names the whole query URL before its cause;
+    the reason shown leads with the timeout (before, the 300-character cut hid it)."""
+    url = "/api/v1/query?query=" + "%28rate%28node_cpu_seconds_total%29%29" * 10
+    err = ConnectionError(
+        f"HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: {url} "
+        '(Caused by ReadTimeoutError("Read timed out. (read timeout=5)"))'
+    )
+    said = read_error(err, 5)
+    assert said.startswith("no answer in 5s (read timed out): ConnectionError:")
+    assert len(said) <= 300
+    assert read_error(ValueError("bad payload"), 5) == "ValueError: bad payload"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from cpn.api import constants as k
 from cpn.api.aijob import parse_aijob
-from cpn.api.jobs import member_job_name, render_job
+from cpn.api.jobs import finished_at, member_job_name, render_job
 from cpn.api.status import condition, human_duration, merge_patch
 from cpn.core.errors import InvalidSpec
 from cpn.core.model import Start
@@ -157,6 +158,30 @@ def test_a_resumed_attempt_tells_its_pods_where_to_resume() -> None:
         assert notes.get(k.ANNOTATION_RESUME_FROM) == ("1200" if manifest is resumed else None)
 
 
+def test_an_attempt_carries_its_fence_and_checkpoint_directories() -> None:
+    """The fencing token is a label of the Job and its pods and in every container's env,
+    with the attempt-scoped checkpoint directories under the AIJob's checkpoint root."""
+    b = body()
+    uid = b["metadata"]["uid"]
+    plain = render_job(b, start(), attempt=2, hub="hub", namespace="ns", fence="2-beef")
+    assert plain["metadata"]["labels"][k.LABEL_FENCE] == "2-beef"
+    pod = plain["spec"]["template"]
+    assert pod["metadata"]["labels"][k.LABEL_FENCE] == "2-beef"
+    for container in pod["spec"]["containers"]:
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["CPN_FENCE"] == "2-beef"
+        assert env["CPN_CHECKPOINT_DIR"] == f"/checkpoints/{uid}/attempt-2"
+        assert env["CPN_RESUME_DIRS"] == f"/checkpoints/{uid}/attempt-1"
+    b["metadata"]["annotations"] = {k.ANNOTATION_CHECKPOINT_ROOT: "/mnt/ckpt"}
+    rooted = render_job(b, start(), attempt=1, hub="hub", namespace="ns")
+    assert k.LABEL_FENCE not in rooted["metadata"]["labels"]
+    env = {
+        e["name"]: e["value"] for e in rooted["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["CPN_CHECKPOINT_DIR"] == f"/mnt/ckpt/{uid}/attempt-1"
+    assert "CPN_FENCE" not in env
+
+
 def test_render_job_survives_a_per_type_annotation_it_cannot_read():
     """Broken or 100,000-deep JSON in the per-GPU-type annotation adds nothing, raises nothing
     (the AIJob reader refuses both; this is the second guard at dispatch)."""
@@ -283,3 +308,32 @@ def test_a_template_too_big_for_a_member_is_invalid():
     template = {"spec": {"containers": [{"name": "train", "image": "t:1", "env": env}]}}
     found = errors_of({"template": template})
     assert "a member cluster stores at most 1048576" in found["spec.template"]
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("skew_s", [300.0, -300.0])
+def test_a_skewed_members_finish_is_read_on_one_clock(skew_s: float) -> None:
+    """A member whose clock is 5 minutes off: the attempt ran its Job's completionTime -
+    startTime (both the member's), not 5 minutes more or less (before: 300 s too long,
+    or 0 s, learned by the predictor)."""
+    began, now = 1_800_000_000.0, 1_800_000_130.0  # operator clock: ran 120 s, seen 10 s late
+    status = {
+        "startTime": _stamp(began - 2 + skew_s),
+        "completionTime": _stamp(began + 118 + skew_s),
+    }
+    assert finished_at(status, began, now) == began + 120.0
+
+
+def test_a_finish_seen_late_keeps_its_completion_time() -> None:
+    """No skew, seen after an outage: the member's completionTime as it is."""
+    began, now = 1_800_000_000.0, 1_800_003_600.0
+    status = {"startTime": _stamp(began - 2), "completionTime": _stamp(began + 300)}
+    assert finished_at(status, began, now) == began + 300
+
+
+def test_a_finish_without_stamps_is_now() -> None:
+    assert finished_at({}, 100.0, 250.0) == 250.0
+    assert finished_at({"completionTime": _stamp(1_800_000_000)}, 100.0, 250.0) == 250.0

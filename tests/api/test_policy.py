@@ -314,6 +314,12 @@ MISTAKES = [
         id="zero-start-timeout",
     ),
     pytest.param(
+        "retry: {member_lost: at_most_once}",
+        "retry.member_lost",
+        "must be one of availability, at-most-once",
+        id="unknown-member-lost",
+    ),
+    pytest.param(
         "retry: {start_timeout_s: '2m'}",
         "retry.start_timeout_s",
         "expected a number",

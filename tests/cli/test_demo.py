@@ -17,9 +17,17 @@ def images(body: dict[str, Any]) -> list[str]:
     return [c["image"] for c in body["spec"]["template"]["spec"]["containers"]]
 
 
-def test_the_demo_and_the_examples_name_one_public_image() -> None:
-    """A pinned official image, not a made-up trainer name nobody can pull."""
+WORKLOAD_IMAGE = "cpn-workloads:0.1.0"
+
+
+def test_the_demo_names_one_public_image() -> None:
+    """A pinned official image, not a made-up trainer name nobody can pull (KWOK runs none)."""
     assert IMAGE == "python:3.12-slim"
+    assert {i for _, body in demo_jobs(6, seed=1) for i in images(body)} == {IMAGE}
+
+
+def test_the_examples_train_with_the_workload_image() -> None:
+    """Every sample AIJob runs workloads/ in training mode, on a model the workload knows."""
     examples = [
         doc
         for path in sorted((ROOT / "examples" / "aijobs").glob("*.yaml"))
@@ -27,8 +35,30 @@ def test_the_demo_and_the_examples_name_one_public_image() -> None:
         if doc and doc.get("kind") == "AIJob"
     ]
     assert len(examples) == 4
-    assert {i for doc in examples for i in images(doc)} == {IMAGE}
-    assert {i for _, body in demo_jobs(6, seed=1) for i in images(body)} == {IMAGE}
+    assert {i for doc in examples for i in images(doc)} == {WORKLOAD_IMAGE}
+    models = (ROOT / "workloads" / "cpn_workloads" / "models.py").read_text()
+    for doc in examples:
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        args = container["args"]
+        assert args[:2] == ["train", "--model"] and f'"{args[2]}"' in models, args
+        assert "--steps" in args or "--seconds" in args
+        gpus = doc["spec"]["resources"]["gpus"]
+        if gpus > 1:  # one process per GPU, data-parallel
+            assert container["command"][:3] == [
+                "torchrun",
+                "--standalone",
+                f"--nproc-per-node={gpus}",
+            ]
+        else:  # the image's entry point
+            assert "command" not in container
+    # the tag is the workload's own version, as workloads/Dockerfile builds it
+    version = WORKLOAD_IMAGE.split(":")[1]
+    init = (ROOT / "workloads" / "cpn_workloads" / "__init__.py").read_text()
+    assert f'__version__ = "{version}"' in init
+    assert (
+        f"docker build -t {WORKLOAD_IMAGE} workloads/"
+        in (ROOT / "workloads" / "Dockerfile").read_text()
+    )
 
 
 def item(name: str, created: str, start: str | None) -> dict[str, Any]:

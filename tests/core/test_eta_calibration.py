@@ -203,3 +203,28 @@ def test_forgotten_and_evicted_jobs_stop_counting():
         calibrator.started(f"j{i}", float(i) + 100.0 * (i + 1))
     assert [k for k in ("j0", "j1", "j2", "j3", "j4") if k in calibrator] == ["j2", "j3", "j4"]
     assert sorted(calibrator.ratios("q", None)) == pytest.approx([3.0, 4.0, 5.0])
+
+
+def test_tell_records_slips_then_states_and_follows_new_jobs():
+    """tell(): a followed job records where the projection puts it now (its slip teaches x3),
+    the new job is stated with that factor and followed from now on; jobs the projection did
+    not reach, or no longer pending, are left out."""
+    from cpn.core.eta import Projection
+    from tests.builders import job
+
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=1))
+    calibrator.projected("old", "q", 0.0, 1000.0)
+    pending = {k: job(k, queue="q") for k in ("old", "new", "far")}
+
+    def at(start_s: float) -> Projection:
+        return Projection(start_s=start_s, end_s=start_s + 100, cluster="c", gpu_type="K80")
+
+    projection = {"old": at(3000.0), "new": at(1500.0), "gone": at(600.0)}
+    told = calibrator.tell(projection, pending, 500.0, ["new", "far", "gone"])
+    assert set(told) == {"new"}  # "far" not reached, "gone" not pending
+    # old slipped to 3000: ratio (3000 - 0) / 1000 = 3; new's 1000 s wait is stated as 3000 s
+    assert told["new"].start_s == pytest.approx(500.0 + 3 * 1000.0)
+    assert told["new"].end_s == pytest.approx(told["new"].start_s + 100)
+    assert "new" in calibrator and "far" not in calibrator
+    # new is followed from its raw projected wait (1000 s), which has not slipped yet
+    assert calibrator.ratios("q", 600.0) == [pytest.approx(3.0), pytest.approx(1.0)]

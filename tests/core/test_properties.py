@@ -8,8 +8,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cpn.core.candidates import candidates
 from cpn.core.capacity import Capacity, worker_gpus
-from cpn.core.cycle import _candidates, plan_cycle
+from cpn.core.check import check_plan
+from cpn.core.cycle import plan_cycle
 from cpn.core.model import Cluster, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
 from cpn.core.presets import PRESETS
@@ -113,25 +115,10 @@ def test_every_pending_job_is_started_or_held_exactly_once(snap: Snapshot) -> No
 
 @PROPERTY
 @given(snapshots())
-def test_no_node_is_over_capacity(snap: Snapshot) -> None:
-    """Starts never ask more of a node than it has free, and only on ready clusters."""
-    plan = plan_cycle(snap)
-    jobs = {j.key: j for j in snap.pending}
-    free = {(n.cluster, n.name): n.free_gpus for c in snap.clusters for n in c.nodes}
-    ready = {c.name for c in snap.clusters if c.ready}
-    freed = {p.job_key for p in plan.preemptions}
-    for r in snap.running:
-        if r.job.key in freed:
-            for name in r.nodes:
-                free[(r.cluster, name)] += worker_gpus(r.job)
-    for start in plan.starts:
-        assert start.cluster in ready
-        job_ = jobs[start.job_key]
-        assert job_.allows(start.gpu_type)
-        assert len(start.nodes) == job_.workers
-        for name in start.nodes:
-            free[(start.cluster, name)] -= worker_gpus(job_)
-    assert all(v >= -1e-9 for v in free.values()), free
+def test_the_cycle_makes_only_valid_plans(snap: Snapshot) -> None:
+    """No node over capacity, starts only on ready clusters with a GPU type the job allows,
+    gangs whole, no job twice, quotas kept (cpn.core.check): plan_cycle breaks no rule."""
+    assert check_plan(plan_cycle(snap), snap) == ()
 
 
 @PROPERTY
@@ -200,7 +187,7 @@ def _earliest_start(snap: Snapshot, after: Capacity, j: Job) -> float:
 
 def _fits_now(snap: Snapshot, after: Capacity, j: Job) -> bool:
     """True if ``j`` fits in room free now (not room of a job past its predicted end)."""
-    return any(after.fit(j, c.key) is not None for c in _candidates(j, after, snap))
+    return any(after.fit(j, c.key) is not None for c in candidates(j, after, snap))
 
 
 def _all_keep_their_start(
@@ -217,7 +204,7 @@ def _all_keep_their_start(
         j = jobs[key]
         must_now = at <= snap.now_s and _fits_now(snap, before, j)
         best: tuple[float, tuple[str, str], tuple[str, ...]] | None = None
-        for cand in _candidates(j, after, snap):
+        for cand in candidates(j, after, snap):
             if must_now:
                 nodes = after.fit(j, cand.key)
                 found = None if nodes is None else (snap.now_s, nodes)
@@ -270,7 +257,7 @@ def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
     }
     for key in reserved:
         j = jobs[key]
-        for cand in _candidates(j, after, snap):
+        for cand in candidates(j, after, snap):
             nodes = after.fit(j, cand.key)
             if nodes is None or cand.key in later:
                 continue

@@ -265,6 +265,7 @@ class JobCreations:
     def __init__(self, tb: Testbed) -> None:
         self.tb = tb
         self.seen: dict[str, set[str]] = {}  # AIJob UID -> UIDs of member Jobs made for it
+        self.completed: dict[str, set[str]] = {}  # AIJob UID -> its member Jobs seen Complete
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -277,11 +278,22 @@ class JobCreations:
         with self._lock:
             return Counter({uid: len(jobs) for uid, jobs in self.seen.items()})
 
+    def runs(self) -> Counter[str]:
+        """Member Jobs seen Complete, per AIJob UID: more than one is work done twice."""
+        with self._lock:
+            return Counter({uid: len(jobs) for uid, jobs in self.completed.items()})
+
     def _add(self, job: Any) -> None:
         origin = (job.metadata.labels or {}).get("cpn.io/aijob-uid")
         if origin:
+            complete = any(
+                c.type == "Complete" and c.status == "True"
+                for c in (job.status.conditions if job.status else None) or []
+            )
             with self._lock:
                 self.seen.setdefault(origin, set()).add(job.metadata.uid)
+                if complete:
+                    self.completed.setdefault(origin, set()).add(job.metadata.uid)
 
     def _follow(self, member: str) -> None:
         with self.tb.api_client(member) as api:

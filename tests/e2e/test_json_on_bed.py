@@ -56,6 +56,11 @@ def namespaces(tb: Testbed, cluster: str) -> set[str]:
         ("bench_dispatch.py", ("--n", "4", "--workers", "2"), "direct"),
         ("bench_latency.py", ("--rate", "2", "--seconds", "2"), "latency_s"),
         ("bench_memory.py", ("--n", "4", "--steady-s", "2"), "n"),
+        (
+            "bench_peer.py",
+            ("--n", "4", "--latency-n", "2", "--rate", "2", "--modes", "direct"),
+            "direct",
+        ),
     ],
 )
 def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> None:

@@ -11,25 +11,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor import model as pm
 from predictor.catalog import (
     BenchmarkRow,
     BenchmarkTable,
-    _data_text,
     canonical_gpu,
     canonical_model,
     catalog_ratio,
+    data_text,
     gpu_spec,
     model_input,
 )
 from predictor.cli import main
+from predictor.evaluation import evaluate, holdout_predictions
 from predictor.knowledge import COLLAPSE, SUPERLINEAR, screen, shipped, shipped_rejected
+from predictor.measurements import Measurement, measurements_from_table
+from predictor.model import TypeOffsets
 
 LAMBDA_SRC = Path("/work/shared/data/lambda/lambda-pytorch-train.csv")
 
 
 def _lambda_raw() -> list[dict[str, str]]:
-    return list(csv.DictReader(_data_text("lambda.csv").splitlines()))
+    return list(csv.DictReader(data_text("lambda.csv").splitlines()))
 
 
 # --------------------------------------------------------------------------- names
@@ -92,7 +94,7 @@ def test_a_variant_alias_names_the_model_and_its_input():
 
 def test_every_lambda_row_resolves_to_the_catalog():
     """No Lambda row stands alone: every name is a catalog entry (the one mapping)."""
-    table = BenchmarkTable.parse(_data_text("lambda.csv").splitlines(), source="lambda.csv")
+    table = BenchmarkTable.parse(data_text("lambda.csv").splitlines(), source="lambda.csv")
     assert len(table.rows) == len(_lambda_raw()) == 980
     assert not table.extra_models and not table.extra_gpus
     assert len({r.gpu_type for r in table.rows}) == 12
@@ -218,10 +220,10 @@ def test_screen_judges_an_admins_file_too(tmp_path, capsys):
 def test_given_models_reach_training_and_nothing_else_of_the_held_out_type():
     """Scaling the held-out type's other rows by 7 leaves every prediction unchanged;
     scaling the given models' rows there moves them (they are what was learned from)."""
-    rows = pm.measurements_from_table(shipped())
+    rows = measurements_from_table(shipped())
     gpu, given = "RTX3090", ("resnet50", "ssd")
 
-    def tampered(models_hit: bool) -> list[pm.Measurement]:
+    def tampered(models_hit: bool) -> list[Measurement]:
         return [
             replace(m, samples_per_s=m.samples_per_s * 7.0)
             if m.gpu_type == gpu and (m.model in given) == models_hit
@@ -230,9 +232,9 @@ def test_given_models_reach_training_and_nothing_else_of_the_held_out_type():
         ]
 
     kwargs = {"family": "rf", "holdout_gpu": gpu, "table": shipped(), "given_models": given}
-    test_a, pred_a = pm.holdout_predictions(rows, **kwargs)
-    test_b, pred_b = pm.holdout_predictions(tampered(False), **kwargs)
-    _, pred_c = pm.holdout_predictions(tampered(True), **kwargs)
+    test_a, pred_a = holdout_predictions(rows, **kwargs)
+    test_b, pred_b = holdout_predictions(tampered(False), **kwargs)
+    _, pred_c = holdout_predictions(tampered(True), **kwargs)
     assert test_a and all(m.model not in given and m.gpu_type == gpu for m in test_a)
     assert [m.samples_per_s * 7.0 for m in test_a] == pytest.approx(
         [m.samples_per_s for m in test_b]
@@ -251,7 +253,7 @@ def test_one_given_model_corrects_a_type_the_spec_sheet_misjudges():
             truth = base * catalog_ratio(gpu_spec("T4"), gpu_spec(gpu), "fp16")
             truth *= 2.0 if gpu == "L4" else 1.0
             rows.append(
-                pm.Measurement(
+                Measurement(
                     model=model,
                     gpu_type=gpu,
                     batch_size=32,
@@ -261,10 +263,8 @@ def test_one_given_model_corrects_a_type_the_spec_sheet_misjudges():
                 )
             )
     table = BenchmarkTable([])
-    none = pm.evaluate(rows, family="scaling", holdout_gpu="L4", table=table)
-    one = pm.evaluate(
-        rows, family="scaling", holdout_gpu="L4", table=table, given_models=["resnet50"]
-    )
+    none = evaluate(rows, family="scaling", holdout_gpu="L4", table=table)
+    one = evaluate(rows, family="scaling", holdout_gpu="L4", table=table, given_models=["resnet50"])
     assert none["median_ape"] > 30.0
     assert one["n"] == 3 and one["median_ape"] < 1.0
 
@@ -301,8 +301,8 @@ def test_type_offsets_prefer_models_of_the_same_domain_and_precision():
     """On a type, a model takes the error of measured models of its own domain (and its
     precision class and GPU count) when there are any, else every model's median."""
 
-    def m(model: str, precision: str = "fp16", gpus: int = 1) -> pm.Measurement:
-        return pm.Measurement(
+    def m(model: str, precision: str = "fp16", gpus: int = 1) -> Measurement:
+        return Measurement(
             model=model,
             gpu_type="L4",
             batch_size=32,
@@ -311,7 +311,7 @@ def test_type_offsets_prefer_models_of_the_same_domain_and_precision():
             precision=precision,
         )
 
-    offsets = pm.TypeOffsets(
+    offsets = TypeOffsets(
         [(m("resnet50"), 0.3), (m("bert-base"), -0.2), (m("bert-base", "fp32"), 0.5)],
         {"resnet50": "vision", "bert-base": "nlp"},
     )
@@ -322,5 +322,5 @@ def test_type_offsets_prefer_models_of_the_same_domain_and_precision():
     assert point == pytest.approx(0.05) and half == pytest.approx(0.25)
     assert offsets.offset("A10", "gpt2", "fp16", 1, "nlp") is None  # nothing measured there
     assert offsets.offset("L4", "resnet50", "fp16", 1, "vision") == (-0.2, 0.0)  # never its own
-    again = pm.TypeOffsets.from_list(offsets.to_list())
+    again = TypeOffsets.from_list(offsets.to_list())
     assert again.offset("L4", "vgg16", "fp16", 1, "vision") == (0.3, 0.0)

@@ -9,10 +9,13 @@ import joblib
 import numpy as np
 import pytest
 
-from predictor import model as pm
+from predictor.artifacts import load as artifact_load
+from predictor.artifacts import save as artifact_save
 from predictor.catalog import BenchmarkTable, catalog_ratio, gpu_spec
+from predictor.evaluation import evaluate
 from predictor.features import FEATURES, SCHEMA_HASH, describe_job
-from predictor.model import Measurement, Query, ThroughputModel, evaluate
+from predictor.measurements import Measurement, Query, measurements_from_table
+from predictor.model import FAMILIES, ThroughputModel
 
 
 def _spec_proportional_rows() -> list[Measurement]:
@@ -37,7 +40,7 @@ def _q(m: Measurement) -> Query:
 @pytest.fixture(scope="module")
 def gavel() -> list[Measurement]:
     """Gavel's table as measurements."""
-    return pm.measurements_from_table(BenchmarkTable.default())
+    return measurements_from_table(BenchmarkTable.default())
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +78,7 @@ def test_unmeasured_gpu_uses_anchor_and_unknown_model_roofline(rf):
     assert faster.samples_per_s[0] > pred.samples_per_s[0]
 
 
-@pytest.mark.parametrize("family", pm.FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_recovers_a_spec_proportional_table(family):
     """When throughput follows the catalog exactly, holding out a GPU type costs ~0 error."""
     if family == "xgb":
@@ -105,8 +108,8 @@ def test_calibration_keeps_residual_off_without_diversity():
 def test_round_trip_save_load_predict(tmp_path, rf):
     """An artifact loads back and predicts exactly what the trained model did."""
     path = tmp_path / "model.joblib"
-    pm.save(rf, path)
-    loaded = pm.load(path)
+    artifact_save(rf, path)
+    loaded = artifact_load(path)
     queries = [
         Query(model="resnet50", gpu_type="A100-80GB", batch_size=64),
         Query(model="transformer", gpu_type="T4", batch_size=32, gpus=4),
@@ -127,13 +130,13 @@ def test_version_mismatch_retrains_with_warning(tmp_path, caplog, field, value, 
     rows = _spec_proportional_rows()
     model = ThroughputModel("rf", n_estimators=8).fit(rows)
     path = tmp_path / "old.joblib"
-    pm.save(model, path)
+    artifact_save(model, path)
     payload = joblib.load(path)
     payload[field] = value
     payload["regressor"] = b"not a pickle"  # would fail if it were unpickled
     joblib.dump(payload, path)
     with caplog.at_level(logging.WARNING, logger="predictor"):
-        loaded = pm.load(path)
+        loaded = artifact_load(path)
     assert message in caplog.text and "retraining" in caplog.text
     assert loaded.fitted and loaded.family == "rf"
     assert len(loaded.measurements) == len(rows)
@@ -146,10 +149,10 @@ def test_unreadable_artifact_falls_back_to_scaling(tmp_path, caplog):
     path = tmp_path / "broken.joblib"
     path.write_bytes(b"garbage")
     with caplog.at_level(logging.WARNING, logger="predictor"):
-        loaded = pm.load(path)
+        loaded = artifact_load(path)
     assert loaded.family == "scaling" and loaded.fitted
     assert "unusable" in caplog.text
-    missing = pm.load(tmp_path / "absent.joblib")
+    missing = artifact_load(tmp_path / "absent.joblib")
     assert missing.family == "scaling"
 
 
@@ -163,10 +166,10 @@ def test_stand_alone_rows_survive_an_artifact(tmp_path):
             "resnet50,T4,32,250,,",
         ]
     )
-    model = ThroughputModel("scaling").fit(pm.measurements_from_table(table), table=table)
+    model = ThroughputModel("scaling").fit(measurements_from_table(table), table=table)
     path = tmp_path / "m.joblib"
-    pm.save(model, path)
-    loaded = pm.load(path)
+    artifact_save(model, path)
+    loaded = artifact_load(path)
     assert loaded.specs.model("tinynet").forward_gmacs == pytest.approx(0.1)
     q = [Query(model="tinynet", gpu_type="L4", batch_size=32)]
     assert loaded.predict(q).samples_per_s[0] == pytest.approx(model.predict(q).samples_per_s[0])

@@ -57,7 +57,7 @@ def test_unseen_model_is_conservative_and_flagged(shared):
     est = shared.estimate(job, GPUS)
     assert est.unseen and est.source == "predictor-unseen"
     model = shared.model
-    from predictor.model import Query
+    from predictor.measurements import Query
 
     point = model.predict([Query(model="bert-base", gpu_type="T4", batch_size=32)])
     median_s = 100_000 / point.samples_per_s[0]

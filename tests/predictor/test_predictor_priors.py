@@ -8,9 +8,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from predictor import model as pm
 from predictor.catalog import BenchmarkTable, effective_tflops, gpu_spec, model_spec
-from predictor.model import Measurement, Roofline, Specs, blend_ratio, fit_alpha, fit_roofline
+from predictor.evaluation import holdout_predictions
+from predictor.measurements import Measurement, measurements_from_table
+from predictor.priors import Priors, _Target
+from predictor.roofline import (
+    Roofline,
+    Specs,
+    blend_ratio,
+    exchange_volume_s,
+    fit_alpha,
+    fit_roofline,
+)
 
 GPUS = ("T4", "A10", "V100-16GB", "A100-40GB")
 
@@ -79,7 +88,7 @@ def test_roofline_exchange_costs_more_for_big_models_on_slow_links():
 
     assert efficiency("lstm-lm", "V100S-32GB") < efficiency("lstm-lm", "V100-16GB") < 1.0
     assert efficiency("lstm-lm", "V100S-32GB") < efficiency("resnet50", "V100S-32GB")
-    assert pm.exchange_volume_s(model_spec("gpt2"), gpu_spec("A10"), 1) == 0.0
+    assert exchange_volume_s(model_spec("gpt2"), gpu_spec("A10"), 1) == 0.0
 
 
 def test_roofline_latency_makes_small_batches_slower_per_sample():
@@ -104,15 +113,15 @@ def test_roofline_latency_makes_small_batches_slower_per_sample():
 )
 def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
     """Scaling every held-out row's throughput leaves the predictions for them unchanged."""
-    rows = pm.measurements_from_table(BenchmarkTable.default())
+    rows = measurements_from_table(BenchmarkTable.default())
     key, value = next(iter(holdout.items()))
     field = "gpu_type" if key == "holdout_gpu" else "model"
     tampered = [
         replace(m, samples_per_s=m.samples_per_s * 7.0) if getattr(m, field) == value else m
         for m in rows
     ]
-    test_a, pred_a = pm.holdout_predictions(rows, family=family, **holdout)
-    test_b, pred_b = pm.holdout_predictions(tampered, family=family, **holdout)
+    test_a, pred_a = holdout_predictions(rows, family=family, **holdout)
+    test_b, pred_b = holdout_predictions(tampered, family=family, **holdout)
     assert len(test_a) == len(test_b) > 0
     assert [m.samples_per_s * 7.0 for m in test_a] == pytest.approx(
         [m.samples_per_s for m in test_b]
@@ -124,9 +133,9 @@ def test_holdout_predictions_never_see_the_held_out_rows(family, holdout):
 _EXCHANGE = {"resnet50": 0.02, "bert-base": 0.05, "gpt2": 0.3}
 
 
-def _target(model: str, gpu: str, batch: int, gpus: int, anchors: tuple[str, ...]) -> pm._Target:
-    """An FP32 anchor prior to compute with the private helpers of :class:`pm.Priors`."""
-    return pm._Target(
+def _target(model: str, gpu: str, batch: int, gpus: int, anchors: tuple[str, ...]) -> _Target:
+    """An FP32 anchor prior to compute with the private helpers of :class:`Priors`."""
+    return _Target(
         model=model, gpu_type=gpu, batch_size=batch, gpus=gpus, precision="fp32", anchors=anchors
     )
 
@@ -150,7 +159,7 @@ def test_exchange_prior_moves_the_exchange_time_by_link_bandwidth(holdout):
     rows = _exchange_rows(0.3)
     train = [m for m in rows if m.gpu_type != holdout]
     # V100 lies between the anchors: physics=False tests the blended path on its own
-    priors = pm.Priors(train, Specs(), physics=False)
+    priors = Priors(train, Specs(), physics=False)
     assert priors.alpha == pytest.approx(0.3, abs=1e-6)
     for m in (m for m in rows if m.gpu_type == holdout and m.gpus > 1):
         got = priors.anchor(m.model, m.gpu_type, m.batch_size, m.gpus, m.precision)
@@ -172,7 +181,7 @@ def test_exchange_prior_falls_back_without_link_figures():
     )
     specs = Specs(table)
     rows = [m for m in _exchange_rows(0.5) if m.gpu_type != "A10"]
-    priors = pm.Priors(rows, specs)
+    priors = Priors(rows, specs)
     anchors = tuple(sorted(priors.measured_types("gpt2")))
     got = priors.anchor("gpt2", "NOLINK", 16, 8, "fp32")
     assert got == priors._scaled(_target("gpt2", "NOLINK", 16, 8, anchors))
@@ -210,9 +219,9 @@ def _physics_rows() -> list[Measurement]:
     ]
 
 
-def _priors_and_blended(rows: list[Measurement]) -> tuple[pm.Priors, pm.Priors]:
+def _priors_and_blended(rows: list[Measurement]) -> tuple[Priors, Priors]:
     """The priors over ``rows`` with the per-model time fit, and without (blended speed-up)."""
-    return pm.Priors(rows, Specs()), pm.Priors(rows, Specs(), physics=False)
+    return Priors(rows, Specs()), Priors(rows, Specs(), physics=False)
 
 
 def test_physics_prior_recovers_a_type_between_its_anchors():

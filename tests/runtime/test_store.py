@@ -7,6 +7,7 @@ from typing import Any
 
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
+from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
 
 
@@ -109,3 +110,17 @@ def queued(name: str, queue: str | None) -> dict[str, Any]:
     if queue is not None:
         doc["spec"]["queue"] = queue
     return doc
+
+
+def test_the_fence_survives_a_restart_through_the_status() -> None:
+    """The current attempt's token is written to status.fence and read back from it, so a
+    restarted operator still tells the current attempt's Job from a stale one."""
+    store = Store(QueuePolicy(), FixedEstimator())
+    before = store.upsert(body("a", "uid-1"), user="u", group="g")
+    before.phase, before.attempts, before.fence = "Running", 2, "2-beef"
+    before.cluster, before.member_job = "m1", "a-uid1-2"
+    status, _ = render_status(before, 0.0)
+    assert status["fence"] == "2-beef"
+    restarted = Store(QueuePolicy(), FixedEstimator())
+    after = restarted.upsert({**body("a", "uid-1"), "status": status}, user="u", group="g")
+    assert (after.attempts, after.fence) == (2, "2-beef")

@@ -13,19 +13,19 @@ from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
 from cpn.sim.estimators import DEFAULT_ESTIMATE_S, HistoryEstimator, OracleEstimator
-from cpn.sim.world import World, knowledge_version, truth_for
+from cpn.sim.world import World, truth_for
 
 POLICY = QueuePolicy(name="test")
 ONE_GPU = {"a": [(1, "V100", 1)]}
 
 
-class Counting:
+class Counting(Estimator):
     """Wraps an estimator and counts estimate() calls per job key."""
 
     def __init__(self, inner: Estimator) -> None:
         self.inner = inner
         self.calls: Counter[str] = Counter()
-        self.learns = getattr(inner, "learns", True)
+        self.learns = inner.learns
 
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """The inner estimate, counted."""
@@ -37,7 +37,7 @@ class Counting:
         self.inner.observe(job, gpu_type, actual_s)
 
 
-class Retraining:
+class Retraining(Estimator):
     """Estimates ``per_s`` seconds for every job; each observation 'retrains' it.
 
     A retrain halves the estimate of every model and bumps ``version``, as the
@@ -63,6 +63,10 @@ class Retraining:
         """Every observation retrains (a new version)."""
         self.per_s /= 2
         self.version += 1
+
+    def knowledge_version(self) -> object:
+        """Bumped by every retrain."""
+        return self.version
 
 
 def run(jobs, estimator, **kw):
@@ -173,16 +177,13 @@ def test_a_running_job_s_predicted_end_follows_its_new_estimate():
         assert seen[100] == pytest.approx(want)  # 'a' finished at 100: 1 s per step
 
 
-def test_knowledge_version_reads_version_then_retrains():
-    """An estimator's version attribute wins; the predictor's retrain count is the fallback."""
+def test_knowledge_version_is_the_predictors_retrain_count_else_none():
+    """The predictor's knowledge version follows its retrains; the history estimator's
+    knowledge is only the jobs it observed (None); the oracle learns nothing."""
+    from cpn.api.predictions import PredictorEstimator
 
-    class Both:
-        version = 7
-        retrains = 3
-
-    class Retrains:
-        retrains = 3
-
-    assert knowledge_version(Both()) == 7  # type: ignore[arg-type]
-    assert knowledge_version(Retrains()) == 3  # type: ignore[arg-type]
-    assert knowledge_version(HistoryEstimator("V100")) is None
+    predictor = PredictorEstimator(retrain="off")
+    predictor.retrains = 3
+    assert predictor.knowledge_version() == 3
+    assert HistoryEstimator("V100").knowledge_version() is None
+    assert HistoryEstimator("V100").learns and not OracleEstimator(truth_for([], "V100")).learns

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 from simkit import clusters, greedy_plan, no_transfer, tjob
 
+from cpn.core.estimator import Estimator
 from cpn.core.model import CyclePlan, Estimate, Hold, Job, Preempt, Snapshot, Start, WaitReason
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.sim.estimators import OracleEstimator
@@ -114,7 +115,7 @@ def test_estimates_are_attached_on_arrival_and_predicted_ends_shown(recorder):
     assert later.running[0].predicted_end_s == pytest.approx(300)
 
 
-class Recorder:
+class Recorder(Estimator):
     """An estimator that remembers what it was told."""
 
     def __init__(self) -> None:

@@ -67,6 +67,15 @@ def _vector(result: object, label: str) -> dict[str, Sample]:
     return out
 
 
+def read_error(err: BaseException, timeout_s: float) -> str:
+    """One line on why a read failed. A server that answers too late says so first (the
+    client's text names the whole query URL before its cause, which the cut hid)."""
+    text = f"{type(err).__name__}: {err}"
+    if "timed out" in text.lower():
+        return f"no answer in {timeout_s:g}s (read timed out): {text}"[:300]
+    return text[:300]
+
+
 class MetricsSource:
     """Reads one Prometheus; :meth:`refresh` is blocking (call it from a worker thread)."""
 
@@ -80,6 +89,7 @@ class MetricsSource:
     ) -> None:
         self.url = url
         self.max_age_s = max_age_s
+        self.timeout_s = timeout_s
         # One quick retry: the next refresh comes soon anyway, and nothing waits on it.
         self._prom = PrometheusConnect(
             url=url,
@@ -97,7 +107,7 @@ class MetricsSource:
             gpu = _vector(self._prom.custom_query(GPU_QUERY), "Hostname")
         except Exception as err:  # unreachable, HTTP error, bad payload: all the same here
             self.reading.ok = False
-            self.reading.error = f"{type(err).__name__}: {err}"[:300]
+            self.reading.error = read_error(err, self.timeout_s)
             return self.reading
         self.reading = Reading(cpu=cpu, gpu=gpu, ok=True, read_at_s=time.time())
         return self.reading

@@ -16,6 +16,8 @@ LABEL_NAMESPACE: Final = "cpn.io/aijob-namespace"
 LABEL_NAME: Final = "cpn.io/aijob-name"
 LABEL_UID: Final = "cpn.io/aijob-uid"
 LABEL_ATTEMPT: Final = "cpn.io/attempt"
+#: The attempt's fencing token (cpn.core.fence): only the Job carrying the current one counts.
+LABEL_FENCE: Final = "cpn.io/fence"
 LABEL_MANAGED: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "cpn"
 
@@ -30,6 +32,9 @@ ANNOTATION_HAMI_POOL: Final = "hami.io/resource-pool"
 #: Pod annotation of an attempt that resumes a preempted job: seconds of compute its
 #: checkpoints kept (also in the CPN_RESUME_FROM_S environment variable).
 ANNOTATION_RESUME_FROM: Final = "cpn.io/resume-from-seconds"
+#: AIJob annotation: the directory under which its attempts checkpoint (CPN_CHECKPOINT_*).
+ANNOTATION_CHECKPOINT_ROOT: Final = "cpn.io/checkpoint-root"
+DEFAULT_CHECKPOINT_ROOT: Final = "/checkpoints"
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 HAMI_GPU_MEMORY: Final = "nvidia.com/gpumem"  # MiB per GPU

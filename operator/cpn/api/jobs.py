@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.aijob import parse_time
+from cpn.core.fence import checkpoint_env
 from cpn.core.model import Start
 
 _MAX_NAME = 63
@@ -24,10 +26,12 @@ def member_job_name(name: str, uid: str, attempt: int) -> str:
     return name[: _MAX_NAME - len(suffix)].rstrip("-.") + suffix
 
 
-def origin_labels(body: Mapping[str, Any], hub: str, attempt: int) -> dict[str, str]:
-    """Labels that name the AIJob a member Job belongs to."""
+def origin_labels(
+    body: Mapping[str, Any], hub: str, attempt: int, fence: str = ""
+) -> dict[str, str]:
+    """Labels that name the AIJob a member Job belongs to, its attempt and fence."""
     meta = body["metadata"]
-    return {
+    labels = {
         k.LABEL_MANAGED: k.MANAGED_BY,
         k.LABEL_HUB: hub,
         k.LABEL_NAMESPACE: meta["namespace"],
@@ -35,6 +39,9 @@ def origin_labels(body: Mapping[str, Any], hub: str, attempt: int) -> dict[str, 
         k.LABEL_UID: meta["uid"],
         k.LABEL_ATTEMPT: str(attempt),
     }
+    if fence:
+        labels[k.LABEL_FENCE] = fence
+    return labels
 
 
 def _per_type_annotations(annotations: Mapping[str, str], gpu_type: str) -> dict[str, str]:
@@ -64,10 +71,15 @@ def render_job(
     gpu_product: str | None = None,
     hami_pool: str | None = None,
     resume_from_s: float | None = None,
+    fence: str = "",
 ) -> dict[str, Any]:
     """The batch/v1 Job that runs ``start`` of the AIJob ``body`` on its member cluster.
 
-    Every container gets ``CPN_ATTEMPT`` (1, 2...) in its environment. An attempt that
+    Every container gets ``CPN_ATTEMPT`` (1, 2...), ``CPN_FENCE`` (the attempt's fencing
+    token, also the Job's label ``cpn.io/fence``) and the checkpoint convention's
+    ``CPN_CHECKPOINT_DIR``, ``CPN_CHECKPOINT_ROOT`` and ``CPN_RESUME_DIRS``
+    (:func:`cpn.core.fence.checkpoint_env`, under the AIJob's annotation
+    ``cpn.io/checkpoint-root``, default ``/checkpoints``) in its environment. An attempt that
     resumes a preempted job (``resume_from_s`` given) also gets ``CPN_RESUME_FROM_S``, the
     seconds of compute its checkpoints kept, and the pod annotation
     ``cpn.io/resume-from-seconds`` with the same value (the test bed's simulated pods run
@@ -84,12 +96,16 @@ def render_job(
     template = copy.deepcopy(dict(spec["template"]))
     pod_meta = dict(template.get("metadata") or {})
     pod_spec = dict(template.get("spec") or {})
-    labels = origin_labels(body, hub, attempt)
+    labels = origin_labels(body, hub, attempt, fence)
     annotations = dict(pod_meta.get("annotations") or {})
     annotations.update(_per_type_annotations(annotations, start.gpu_type))
     annotations[k.ANNOTATION_GPU_TYPE] = start.gpu_type
     env = {"CPN_GPU_TYPE": start.gpu_type, "CPN_CLUSTER": start.cluster}
     env["CPN_ATTEMPT"] = str(attempt)
+    if fence:
+        env["CPN_FENCE"] = fence
+    root = (meta.get("annotations") or {}).get(k.ANNOTATION_CHECKPOINT_ROOT)
+    env.update(checkpoint_env(root or k.DEFAULT_CHECKPOINT_ROOT, meta["uid"], attempt))
     if resume_from_s is not None:
         annotations[k.ANNOTATION_RESUME_FROM] = env["CPN_RESUME_FROM_S"] = f"{resume_from_s:.0f}"
     share = float(res.get("gpuShare", 1.0))
@@ -174,3 +190,22 @@ def workers_running(status: Mapping[str, Any]) -> int:
     ready = status.get("ready")
     counted = status.get("active") if ready is None else ready
     return int(counted or 0) + int(status.get("succeeded") or 0)
+
+
+def finished_at(status: Mapping[str, Any], began_s: float, now_s: float) -> float:
+    """When a member Job finished, on the operator's clock, from its status (stamped by
+    the member's clock, which may be off). Its ``completionTime`` is taken as it is when
+    it falls between the attempt's start ``began_s`` and ``now_s`` (a finish seen late,
+    after a restart or an outage); one outside (a member whose clock runs ahead or
+    behind) is not: the attempt then ran for its Job's ``completionTime - startTime``,
+    both read on the member's one clock, so the skew cancels (at most ``now_s``). With
+    neither stamp, ``now_s``."""
+    done = parse_time(status.get("completionTime"))
+    if done is None:
+        return now_s
+    if began_s <= done <= now_s:
+        return done
+    started = parse_time(status.get("startTime"))
+    if started is None or started > done:
+        return now_s
+    return min(began_s + (done - started), now_s)

@@ -24,6 +24,7 @@ from cpn.api.aijob import describe_value as _kind
 from cpn.api.aijob import short_repr as _short
 from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
 from cpn.core.errors import FieldError, FormulaError, PolicyError
+from cpn.core.fence import MEMBER_LOST_CHOICES
 from cpn.core.formula import compile_formula
 from cpn.core.policy import (
     Aging,
@@ -265,6 +266,7 @@ _RETRY: Mapping[str, Parser] = {
     "max_attempts": _integer(1, 100),
     "backoff_s": _number(0.0, 86400.0),
     "start_timeout_s": _number(0.0, MAX_DURATION_S, above=True),
+    "member_lost": _choice(MEMBER_LOST_CHOICES),
 }
 _QUOTAS = ("groups", "lending", "max_priority")
 _MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from predictor.jobs import Prediction
 from predictor.online import OnlinePredictor
@@ -26,7 +27,7 @@ def to_estimate(prediction: Prediction) -> Estimate:
     )
 
 
-class PredictorEstimator(OnlinePredictor):
+class PredictorEstimator(OnlinePredictor, Estimator):
     """:class:`~predictor.online.OnlinePredictor` with the core's ``estimate``.
 
     Everything else (``observe``, ``recall``, ``retrains``, ``close`` ...) is the
@@ -36,3 +37,7 @@ class PredictorEstimator(OnlinePredictor):
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """Predicted runtime of ``job`` on each of ``gpu_types``; never raises."""
         return to_estimate(self.predict(job, gpu_types))
+
+    def knowledge_version(self) -> object:
+        """How many times the model retrained (a retrained model may change every estimate)."""
+        return self.retrains

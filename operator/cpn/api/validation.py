@@ -50,7 +50,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cpn.api import constants as k
 from cpn.api.aijob import parse_aijob
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
-from cpn.api.yamlsafe import YamlError, _Loader
+from cpn.api.yamlsafe import StrictLoader, YamlError
 from cpn.core.errors import InvalidSpec, PolicyError
 from predictor.catalog import UnknownName as UnknownGpu
 from predictor.catalog import canonical_gpu, gpu_types
@@ -128,7 +128,7 @@ def _index_nodes(
 
 def read_documents(text: str) -> Iterator[Document]:
     """Every non-empty document of ``text``, read safely; raises YamlError where it stops."""
-    loader = _Loader(text)
+    loader = StrictLoader(text)
     index = 0
     try:
         while loader.check_node():

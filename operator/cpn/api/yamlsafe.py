@@ -70,7 +70,10 @@ def _refuse(message: str, mark: Any) -> _Refused:
     return _Refused(None, None, message, mark)
 
 
-class _Loader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: YAML 1.2 core scalars; no aliases, anchors or tags;
+    no duplicate keys; nesting at most MAX_DEPTH (what :func:`load_yaml` reads with)."""
+
     yaml_implicit_resolvers = {}  # noqa: RUF012  (filled below: the YAML 1.2 core schema)
     _depth = 0
 
@@ -139,11 +142,11 @@ def _construct_bool(loader: yaml.SafeLoader, node: ScalarNode) -> bool:
 
 for _tag, _pattern, _first in _CORE_SCHEMA:
     for _char in _first:
-        _Loader.yaml_implicit_resolvers.setdefault(_char, []).append((_tag, _pattern))
-_Loader.yaml_implicit_resolvers[""] = [(_NULL, _CORE_SCHEMA[0][1])]  # an empty value
-_Loader.add_constructor(_INT, _construct_int)
-_Loader.add_constructor(_FLOAT, _construct_float)
-_Loader.add_constructor(_BOOL, _construct_bool)
+        StrictLoader.yaml_implicit_resolvers.setdefault(_char, []).append((_tag, _pattern))
+StrictLoader.yaml_implicit_resolvers[""] = [(_NULL, _CORE_SCHEMA[0][1])]  # an empty value
+StrictLoader.add_constructor(_INT, _construct_int)
+StrictLoader.add_constructor(_FLOAT, _construct_float)
+StrictLoader.add_constructor(_BOOL, _construct_bool)
 
 
 def load_yaml(text: str, *, max_bytes: int = MAX_BYTES) -> Any:
@@ -151,9 +154,9 @@ def load_yaml(text: str, *, max_bytes: int = MAX_BYTES) -> Any:
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise YamlError(f"document is {size} bytes, more than the {max_bytes} allowed")
-    loader: _Loader | None = None
+    loader: StrictLoader | None = None
     try:
-        loader = _Loader(text)
+        loader = StrictLoader(text)
         return loader.get_single_data()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark

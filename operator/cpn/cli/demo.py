@@ -69,9 +69,9 @@ MIX: list[tuple[str, int, int, int, int, str]] = [
     ("resnet50", 256, 8, 1, 30, "team-vision"),
 ]
 TYPES = ("A100-80GB", "V100-32GB")
-#: A public image that exists, named by the demo's jobs and examples/aijobs until cpn ships
-#: a trainer image. On the test bed KWOK runs no container: the per-GPU-type duration
-#: annotation says how long each "runs".
+#: A public image that exists, named by the demo's jobs (examples/aijobs name cpn's own
+#: workload image, workloads/, which the user builds). On the test bed KWOK runs no
+#: container: the per-GPU-type duration annotation says how long each "runs".
 IMAGE = "python:3.12-slim"
 FINISHED = {"Succeeded", "Failed", "Invalid"}
 

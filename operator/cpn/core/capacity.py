@@ -127,6 +127,10 @@ class Capacity:
             slot.releases.sort()
         return capacity
 
+    def slot(self, cluster: str, name: str) -> Slot:
+        """The slot of node ``name`` of ``cluster`` (KeyError when there is none)."""
+        return self._by_name[(cluster, name)]
+
     def gpu_types(self) -> frozenset[str]:
         """GPU types present in usable clusters."""
         return frozenset(gpu for (_, gpu), slots in self.groups.items() if slots)

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from cpn.core import reasons
+from cpn.core.candidates import candidates, order_candidates
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape, worker_gpus
 from cpn.core.model import (
     CyclePlan,
@@ -53,7 +55,6 @@ from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import preemption_cost_gpu_s
 from cpn.core.queue import Ranked, effective_priority, order_jobs, runtime_for_order
 from cpn.core.quota import QuotaLedger
-from cpn.core.transfer import transfer_s
 
 #: Orderings under which a job that does not fit blocks every job behind it.
 STRICT_ORDERINGS = frozenset({"fifo"})
@@ -74,59 +75,6 @@ class Reserved:
     @property
     def job_key(self) -> str:
         return self.job.key
-
-
-def _runtime(job: Job, gpu_type: str) -> float | None:
-    value = job.estimate.on(gpu_type)
-    if value is None and job.user_estimate_s is not None:
-        return job.user_estimate_s
-    return value
-
-
-def _candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candidate]:
-    """Every (cluster, GPU type) the job may use, with its cost parts."""
-    policy = snapshot.policy.placement
-    out = []
-    for key in capacity.groups:
-        cluster, gpu_type = key
-        if not job.allows(gpu_type):
-            continue
-        runtime = _runtime(job, gpu_type)
-        if runtime is None:
-            continue
-        transfer = transfer_s(job, cluster, snapshot)
-        if transfer is None:
-            continue
-        cost = policy.transfer_weight * transfer + policy.runtime_weight * runtime
-        out.append(Candidate(key=key, runtime_s=runtime, transfer_s=transfer, cost=cost))
-    return out
-
-
-def _order_candidates(method: str, cands: list[Candidate], capacity: Capacity) -> list[Candidate]:
-    if method == "first-fit":
-        return sorted(cands, key=lambda c: c.key)
-    if method == "fastest":
-        return sorted(cands, key=lambda c: (c.runtime_s, c.key))
-    return sorted(cands, key=lambda c: (c.cost, c.key))
-
-
-def _infeasible_message(job: Job, snapshot: Snapshot) -> str:
-    biggest = max(
-        (n.gpus for c in snapshot.clusters for n in c.nodes if job.allows(n.gpu_type)),
-        default=0,
-    )
-    types = ", ".join(sorted(job.gpu_types)) if job.gpu_types else "any GPU type"
-    return (
-        f"no cluster can ever hold {job.workers} worker(s) x {worker_gpus(job):g} GPU(s) "
-        f"of {types} (largest matching node has {biggest} GPUs)"
-    )
-
-
-def _reserved_message(res: Reserved, now_s: float) -> str:
-    return (
-        f"reserved {res.key[1]} on {res.key[0]} from t={res.start_s:.0f}s "
-        f"({res.start_s - now_s:.0f}s from now)"
-    )
 
 
 def plan_cycle(snapshot: Snapshot) -> CyclePlan:
@@ -158,19 +106,15 @@ class _Cycle:
         out = []
         for job in sorted(self.snapshot.pending, key=lambda j: j.key):
             if job.suspended:
-                self._hold(job, WaitReason.Suspended, "suspended by its owner (spec.suspend)")
+                self._hold(job, WaitReason.Suspended, reasons.SUSPENDED)
             elif job.not_before_s > self.now:
                 wait = job.not_before_s - self.now
-                self._hold(
-                    job,
-                    WaitReason.Backoff,
-                    f"attempt {job.attempts} failed; retrying in {wait:.0f}s",
-                )
+                self._hold(job, WaitReason.Backoff, reasons.backoff(job, wait))
             elif not any(
                 job.allows(key[1]) and self.capacity.ever_fits(job, key)
                 for key in self.capacity.groups
             ):
-                self._hold(job, WaitReason.Infeasible, _infeasible_message(job, self.snapshot))
+                self._hold(job, WaitReason.Infeasible, reasons.infeasible(job, self.snapshot))
             else:
                 out.append(job)
         return out
@@ -319,7 +263,7 @@ class _Cycle:
         self, item: Ranked, cands: list[Candidate], *, borrowing: bool = False
     ) -> Start | None:
         job = item.job
-        for cand in _order_candidates(self.policy.placement.method, cands, self.capacity):
+        for cand in order_candidates(self.policy.placement.method, cands):
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
             nodes = self.capacity.fit(job, cand.key, self._excluded(job, cand))
@@ -386,7 +330,7 @@ class _Cycle:
     def _cands_of(self, job: Job) -> list[Candidate]:
         found = self.cands.get(job.key)
         if found is None:
-            found = self.cands[job.key] = _candidates(job, self.capacity, self.snapshot)
+            found = self.cands[job.key] = candidates(job, self.capacity, self.snapshot)
         return found
 
     def _reserve(self, job: Job, cands: list[Candidate]) -> Reserved | None:
@@ -428,7 +372,7 @@ class _Cycle:
         window = self.policy.placement.window
         self.position = {item.job.key: i for i, item in enumerate(ranked)}
         self.cands = cands = {
-            item.job.key: _candidates(item.job, self.capacity, self.snapshot)
+            item.job.key: candidates(item.job, self.capacity, self.snapshot)
             for item in ranked[:window]
         }
         self._reserve_ahead(ranked, cands)
@@ -448,7 +392,7 @@ class _Cycle:
                 self._hold(
                     job,
                     WaitReason.Priority,
-                    f"behind {blocked_by.job.key} (strict {self.policy.ordering} order)",
+                    reasons.behind(blocked_by.job.key, self.policy.ordering),
                     item,
                     position,
                 )
@@ -462,19 +406,19 @@ class _Cycle:
                 continue
             job_cands = cands.get(job.key)
             if job_cands is None:
-                job_cands = _candidates(job, self.capacity, self.snapshot)
+                job_cands = candidates(job, self.capacity, self.snapshot)
             started_now = self._place_one(item, job_cands, position)
             if not started_now and self.policy.ordering in STRICT_ORDERINGS:
                 blocked_by = item
         for position, item in lent:
-            job_cands = cands.get(item.job.key) or _candidates(
+            job_cands = cands.get(item.job.key) or candidates(
                 item.job, self.capacity, self.snapshot
             )
             if self._try_start(item, job_cands, borrowing=True) is None:
                 self._hold(
                     item.job,
                     WaitReason.Quota,
-                    self.quota.exceeds(item.job) + "; no idle GPUs to borrow",
+                    self.quota.exceeds(item.job) + reasons.NO_IDLE_TO_BORROW,
                     item,
                     position,
                 )
@@ -495,7 +439,11 @@ class _Cycle:
         res = self._reservation_of(hold.job_key)
         if hold.reserved_start_s is None or res is None:
             return hold
-        return replace(hold, message=_reserved_message(res, self.now), reserved_start_s=res.start_s)
+        return replace(
+            hold,
+            message=reasons.reserved(res.key, res.start_s, self.now),
+            reserved_start_s=res.start_s,
+        )
 
     def _reserve_ahead(self, ranked: Sequence[Ranked], cands: dict[str, list[Candidate]]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
@@ -588,7 +536,7 @@ class _Cycle:
             self._hold(
                 job,
                 WaitReason.Capacity,
-                _reserved_message(held, self.now),
+                reasons.reserved(held.key, held.start_s, self.now),
                 item,
                 position,
                 reserved_start_s=held.start_s,
@@ -598,7 +546,7 @@ class _Cycle:
             self._hold(
                 job,
                 WaitReason.Infeasible,
-                "no reachable cluster has an allowed GPU type with a runtime estimate",
+                reasons.NO_CANDIDATE,
                 item,
                 position,
             )
@@ -608,8 +556,7 @@ class _Cycle:
             self._hold(
                 job,
                 WaitReason.Waiting,
-                f"waiting for {faster.key[1]} on {faster.key[0]}: predicted to finish "
-                f"sooner than starting now elsewhere",
+                reasons.waiting_for(faster.key),
                 item,
                 position,
             )
@@ -621,11 +568,11 @@ class _Cycle:
 
     def _why_not(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         job = item.job
-        need = f"{job.workers} x {worker_gpus(job):g} GPU(s)"
         held = any(self.capacity.fit(job, c.key) is not None for c in cands)
         if held:
-            names = ", ".join(sorted({r.job_key for r in self.reserved}))
-            return WaitReason.Reservation, f"room for {need} is reserved for {names}"
+            return WaitReason.Reservation, reasons.reserved_for(
+                job, (r.job_key for r in self.reserved)
+            )
         unusable = any(
             not s.usable and s.free_gpus + 1e-9 >= worker_gpus(job)
             for c in cands
@@ -633,23 +580,16 @@ class _Cycle:
         )
         free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if unusable:
-            return (
-                WaitReason.NodeLoad,
-                f"nodes with room for {need} are not ready or above the CPU ceiling",
-            )
+            return WaitReason.NodeLoad, reasons.node_load(job)
         ahead = any(s for s in self.starts)
         reason = WaitReason.Priority if ahead else WaitReason.Capacity
-        return reason, f"needs {need}; at most {free:g} GPUs free in one allowed cluster/type"
+        return reason, reasons.no_room(job, free)
 
     def _why_deferred(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         """Reason for a job the MILP chose not to start."""
         fits = [c for c in cands if self.capacity.fit(item.job, c.key, self._excluded(item.job, c))]
         if fits:
-            return (
-                WaitReason.Waiting,
-                "placement predicts it finishes sooner by waiting for a faster GPU type "
-                "than by starting now on " + ", ".join(f"{c.key[1]}@{c.key[0]}" for c in fits),
-            )
+            return WaitReason.Waiting, reasons.deferred(c.key for c in fits)
         return self._why_not(item, cands)
 
     # -- 4. the MILP over the window ------------------------------------------------------
@@ -788,7 +728,7 @@ class _Cycle:
                             Preempt(
                                 job_key=victim_key,
                                 for_key=item.job.key,
-                                reason=f"preempted for higher-ranked {item.job.key}",
+                                reason=reasons.preempted_for(item.job.key),
                             )
                         )
                     break

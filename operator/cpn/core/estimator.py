@@ -2,8 +2,11 @@
 
 Estimates are attached to a :class:`~cpn.core.model.Job` when it is ingested
 (live) or arrives (simulator), never inside the scheduling cycle. The live
-operator and the simulator pass any object with these two methods: the
-simulator's oracle/noisy/user/history estimators, or the learned predictor.
+operator and the simulator take any :class:`Estimator`: the simulator's
+oracle/noisy/user/history estimators, or the learned predictor. Every member is
+part of the protocol (callers never probe for one); a class that inherits
+:class:`Estimator` explicitly gets the defaults of ``learns``,
+:meth:`~Estimator.estimate_many` and :meth:`~Estimator.knowledge_version`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,23 @@ from cpn.core.model import Estimate, Job
 class Estimator(Protocol):
     """Predicts a job's runtime per GPU type and learns from finished jobs."""
 
+    #: False when :meth:`observe` never changes a later estimate (oracle, noisy, user):
+    #: callers then never ask twice for the same job.
+    learns: bool = True
+
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """Predicted runtime of ``job`` on each of ``gpu_types`` (canonical names)."""
         ...
 
+    def estimate_many(self, jobs: Sequence[Job], gpu_types: Sequence[str]) -> list[Estimate]:
+        """Estimates of ``jobs``, in order (one by one unless the estimator batches)."""
+        return [self.estimate(job, gpu_types) for job in jobs]
+
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
         """Record that ``job`` ran ``actual_s`` seconds on ``gpu_type``."""
         ...
+
+    def knowledge_version(self) -> object:
+        """What changes when the estimator's knowledge changed beyond the jobs it observed
+        (the predictor retrained: every estimate may change); None when nothing does."""
+        return None

@@ -128,7 +128,7 @@ class _Focus:
     """
 
     def __init__(self, state: Snapshot, jobs: Sequence[Job]) -> None:
-        from cpn.core.cycle import _candidates
+        from cpn.core.candidates import candidates
         from cpn.core.queue import effective_priority, factor_columns, level_of
 
         policy = state.policy
@@ -167,7 +167,7 @@ class _Focus:
         self.class_rep: list[Job] = []
         self.class_keys: list[tuple[GroupKey, ...]] = []
         for i, job in enumerate(self.jobs):
-            cands = _candidates(job, capacity, state)
+            cands = candidates(job, capacity, state)
             for cand in cands:
                 self.transfer[i, groups[cand.key]] = cand.transfer_s
                 self.runtime[i, groups[cand.key]] = cand.runtime_s

@@ -41,6 +41,7 @@ event loop only).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -48,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cpn.core.eta import Projection
+from cpn.core.model import Job
 
 #: The quantiles of the ratios an ETA's range spans (p20-p80: about 60% of starts in it).
 RANGE_LOW_Q, RANGE_HIGH_Q = 0.2, 0.8
@@ -297,6 +299,34 @@ class WaitCalibrator:
             start_low_s=low,
             start_high_s=high,
         )
+
+    def tell(
+        self,
+        projection: Mapping[str, Projection],
+        pending: Mapping[str, Job],
+        now_s: float,
+        keys: Iterable[str],
+    ) -> dict[str, Projection]:
+        """The ETAs to tell jobs ``keys`` after a projection made at ``now_s``: the one place
+        calibration is applied (the simulator and the operator both call it).
+
+        First every job of ``pending`` already followed records the start this projection
+        gives it (how far it slipped, :meth:`projected`); then each job of ``keys`` that the
+        projection reached is stated (:meth:`state`) and followed from this projection on.
+        Jobs of ``keys`` the projection did not reach (or not pending) are left out.
+        """
+        for key, found in projection.items():
+            job = pending.get(key)
+            if job is not None and key in self._jobs:
+                self.projected(key, job.queue, now_s, found.start_s)
+        out: dict[str, Projection] = {}
+        for key in keys:
+            seen, job = projection.get(key), pending.get(key)
+            if seen is None or job is None:
+                continue
+            out[key] = self.state(job.queue, seen, now_s)
+            self.projected(key, job.queue, now_s, seen.start_s)
+        return out
 
     def calibrate(self, queue: str, projected_wait_s: float, now_s: float | None = None) -> float:
         """The wait to state at ``now_s`` for a job of ``queue`` projected to wait this long

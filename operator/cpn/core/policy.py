@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from cpn.core.fence import AVAILABILITY
+
 
 def _empty() -> Mapping[Any, Any]:
     # A factory, not a shared default: dataclasses refuse an unhashable
@@ -173,11 +175,14 @@ class Preemption:
 class Retry:
     """Failed attempts are retried with exponential backoff up to ``max_attempts``. An
     attempt whose workers are not all running ``start_timeout_s`` after its dispatch is
-    removed and counts as a failed attempt (:mod:`cpn.core.gang`)."""
+    removed and counts as a failed attempt (:mod:`cpn.core.gang`). ``member_lost`` says
+    what becomes of jobs on a member unreachable past the member timeout
+    (:func:`cpn.core.fence.holds_for_member`)."""
 
     max_attempts: int = 3
     backoff_s: float = 30.0
     start_timeout_s: float = 300.0
+    member_lost: str = AVAILABILITY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cpn.core import reasons
 from cpn.core.model import Job, Running
 from cpn.core.policy import Limit, QueuePolicy
 
@@ -61,18 +62,12 @@ class QuotaLedger:
         for bucket in self.buckets(job):
             limit = bucket.limit
             if limit.gpus is not None and self.used(bucket) + job.gpus > limit.gpus + _EPS:
-                return (
-                    f"quota of {bucket.label}: {self.used(bucket):g} of {limit.gpus:g} GPUs "
-                    f"in use, job needs {job.gpus:g}"
-                )
+                return reasons.over_quota(bucket.label, self.used(bucket), limit.gpus, job.gpus)
             if gpu_type is not None and gpu_type in limit.per_type:
                 cap = limit.per_type[gpu_type]
                 if self.used(bucket, gpu_type) + job.gpus > cap + _EPS:
-                    return (
-                        f"quota of {bucket.label} on {gpu_type}: "
-                        f"{self.used(bucket, gpu_type):g} of {cap:g} in use, "
-                        f"job needs {job.gpus:g}"
-                    )
+                    used = self.used(bucket, gpu_type)
+                    return reasons.over_type_quota(bucket.label, gpu_type, used, cap, job.gpus)
         return ""
 
     def take(self, job: Job, gpu_type: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from cpn.api import constants as k
 from cpn.api.jobs import render_job
 from cpn.api.status import human_duration, queue_positions
 from cpn.core.explain import Choice, Frees
+from cpn.core.fence import holds_for_member, next_fence
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.runtime import lifecycle
 from cpn.runtime.following import uncreated
@@ -37,13 +39,32 @@ class Dispatching(HubWatch):
     def _requeue_lost(self) -> None:
         """Jobs on a member that has been unreachable too long go back to the queue."""
         now = self.clock.monotonic()
+        self._held = {held for held in self._held if held[1] in self._not_ready_since}
         for name, since in list(self._not_ready_since.items()):
             if now - since < self.config.member_timeout_s:
                 continue
             for record in self.store.active():
-                if record.cluster == name:
+                if record.cluster == name and not (
+                    name in self.members and self._held_for_member(record, name)
+                ):
                     step = lifecycle.member_lost(record, name, self.config.member_timeout_s)
                     self.carry_out(record, step)
+
+    def _held_for_member(self, record: Record, name: str) -> bool:
+        """Under ``retry.member_lost: at-most-once`` a job that does not checkpoint waits
+        on its lost member until it answers again or is removed (an Event says so once)."""
+        job = record.job
+        if not holds_for_member(self.store.policy.retry.member_lost, bool(job and job.checkpoint)):
+            return False
+        if (record.key, name) not in self._held:
+            self._held.add((record.key, name))
+            message = (
+                f"member {name} unreachable for {self.config.member_timeout_s:.0f}s: the job "
+                "stays there, not requeued, until it answers again or is removed (policy "
+                "retry.member_lost: at-most-once; the job does not checkpoint)"
+            )
+            self._event(record, "MemberLost", message, warning=True)
+        return True
 
     async def apply(
         self,
@@ -146,6 +167,7 @@ class Dispatching(HubWatch):
             return
         attempt = record.attempts + 1
         record.attempts = attempt
+        record.fence = next_fence(record.fence, attempt, secrets.token_hex(4))
         record.phase = k.PHASE_DISPATCHED
         record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
         record.predicted_runtime_s = start.predicted_runtime_s
@@ -169,6 +191,7 @@ class Dispatching(HubWatch):
             gpu_product=_product_label(member, start),
             hami_pool=self.config.hami_pool or None,
             resume_from_s=resume_from,
+            fence=record.fence,
         )
         record.member_job = manifest["metadata"]["name"]
         record.reason = "Dispatched"

@@ -11,7 +11,8 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
-from cpn.api.jobs import workers_running
+from cpn.api.jobs import finished_at, workers_running
+from cpn.core.fence import job_result, judge_report
 from cpn.core.gang import Gang, judge_start
 from cpn.runtime import effects, lifecycle
 from cpn.runtime.hubwrites import HubWrites
@@ -82,9 +83,15 @@ class Following(HubWrites):
             self.kick()  # its preempted attempt is gone: the next may start
         elif record.preemptions and not record.active and attempt <= record.attempts:
             record.draining = record.draining or (member.name, name)  # seen after a restart
-        if attempt != record.attempts or (
-            record.active and record.cluster and record.cluster != member.name
-        ):
+        status, fence = job.get("status") or {}, labels.get(k.LABEL_FENCE, "")
+        where = f"{name} on {member.name}"
+        told = judge_report(
+            record.attempts, record.fence, attempt, fence, job_result(status), where
+        )
+        if not told.current or (record.active and record.cluster and record.cluster != member.name):
+            if told.stale_result and (member.name, name) not in self._stale_told:
+                self._stale_told.add((member.name, name))
+                self._event(record, "StaleAttempt", told.message, warning=True)
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
                 # created just before a crash
                 self.carry_out(
@@ -98,14 +105,13 @@ class Following(HubWrites):
             self._attempt_failed(record, "its member Job was deleted")
             return
         record.observed = True
-        status = job.get("status") or {}
         conditions = {
             c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
         }
         now = self.clock.wall()
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            finished = parse_time(status.get("completionTime")) or now
-            self._succeeded(record, finished)
+            began = record.start_s or record.dispatch_s or now
+            self._succeeded(record, finished_at(status, began, now))
         elif "Failed" in conditions or "FailureTarget" in conditions:
             message = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get(
                 "message"
@@ -143,30 +149,6 @@ class Following(HubWrites):
             reachable = self.member_status.get(record.cluster, (False, ""))[0]
             if member is not None and reachable:
                 self._judge_start(record, member.jobs.get(record.member_job))
-
-    async def sweep(self) -> int:
-        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only
-        once the AIJobs are listed: before, every member Job would look orphaned)."""
-        deleted = 0
-        if not self.aijobs_listed:
-            return 0
-        for member in list(self.members.values()):
-            if not member.synced():
-                continue
-            for name, job in list(member.jobs.items()):
-                # Adopt first: a Job created just before a crash, whose Dispatched status
-                # never landed, belongs to a record that still reads Queued.
-                self._follow(member, "MODIFIED", job)
-                labels = (job.get("metadata") or {}).get("labels") or {}
-                record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
-                attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
-                why = why_stale(record, member.name, name, attempt)
-                if why is None:
-                    continue
-                log.info("deleting member Job %s/%s: %s", member.name, name, why)
-                await self.call(quiet, member.delete_job, name)
-                deleted += 1
-        return deleted
 
 
 def why_stale(record: Record | None, cluster: str, name: str, attempt: int) -> str | None:

@@ -226,6 +226,7 @@ def adopted(
         phase=k.PHASE_DISPATCHED,
         cluster=member,
         member_job=job["metadata"]["name"],
+        fence=((job.get("metadata") or {}).get("labels") or {}).get(k.LABEL_FENCE, ""),
         gpu_type=gpu_type,
         nodes=nodes,
         dispatch_s=now_s,

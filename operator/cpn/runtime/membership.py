@@ -9,9 +9,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from cpn.api import constants as k
 from cpn.core.health import Health, Probe, Probes, health
-from cpn.runtime.following import Following
+from cpn.runtime.following import Following, why_stale
 from cpn.runtime.ports import Member, MemberUnusable
+from cpn.runtime.state import quiet
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,33 @@ class Membership(Following):
             for source in list(self.metrics.values()):
                 await self.call(source.refresh)
             await asyncio.sleep(period_s)
+
+    async def sweep(self) -> int:
+        """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only
+        once the AIJobs are listed: before, every member Job would look orphaned)."""
+        deleted = 0
+        if not self.aijobs_listed:
+            return 0
+        for member in list(self.members.values()):
+            # Not a member that stopped answering: its mirror is old and a delete would
+            # hang there, holding up the sweep of the others (it is swept once it answers).
+            silent = self.member_health(member.name, self.clock.monotonic()).since_s is not None
+            if not member.synced() or silent:
+                continue
+            for name, job in list(member.jobs.items()):
+                # Adopt first: a Job created just before a crash, whose Dispatched status
+                # never landed, belongs to a record that still reads Queued.
+                self._follow(member, "MODIFIED", job)
+                labels = (job.get("metadata") or {}).get("labels") or {}
+                record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
+                attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
+                why = why_stale(record, member.name, name, attempt)
+                if why is None:
+                    continue
+                log.info("deleting member Job %s/%s: %s", member.name, name, why)
+                await self.call(quiet, member.delete_job, name)
+                deleted += 1
+        return deleted
 
 
 def _pod_done(obj: Mapping[str, Any] | None) -> bool:

@@ -84,6 +84,8 @@ class RuntimeState:
         self.policy_error = ""
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}
+        self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
+        self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}

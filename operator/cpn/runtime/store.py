@@ -78,6 +78,7 @@ class Record:
     unknown_queue: str = ""  # why its spec.queue is not one of the policy's ("" when it is)
     phase: str = k.PHASE_QUEUED
     attempts: int = 0
+    fence: str = ""  # the current attempt's fencing token (cpn.core.fence)
     not_before_s: float = 0.0
     cluster: str = ""
     gpu_type: str = ""
@@ -341,6 +342,7 @@ def _restore(record: Record, status: Mapping[str, Any]) -> None:
     if phase:
         record.phase = str(phase)
     record.attempts = int(status.get("attempts") or 0)
+    record.fence = str(status.get("fence") or "")
     record.not_before_s = parse_time(status.get("notBefore")) or 0.0
     record.cluster = str(status.get("cluster") or "")
     record.gpu_type = str(status.get("gpuType") or "")

@@ -39,7 +39,7 @@ def _frozen(values: dict[str, float]) -> Mapping[str, float]:
     return MappingProxyType(values)
 
 
-class OracleEstimator:
+class OracleEstimator(Estimator):
     """True runtime per GPU type; learns nothing."""
 
     source = "oracle"
@@ -57,7 +57,7 @@ class OracleEstimator:
         """Nothing to learn."""
 
 
-class NoisyEstimator:
+class NoisyEstimator(Estimator):
     """The oracle times exp(N(0, sigma)), one draw per job, seeded."""
 
     source = "noisy"
@@ -89,7 +89,7 @@ class NoisyEstimator:
         """Nothing to learn."""
 
 
-class UserEstimator:
+class UserEstimator(Estimator):
     """The user's own estimate (``user_estimate_s``), scaled per GPU type.
 
     ``base_gpu`` maps a job key to the GPU type its estimate refers to (the trace's
@@ -156,7 +156,7 @@ class _Median:
         return values[min(len(values) - 1, int(q * len(values)))]
 
 
-class HistoryEstimator:
+class HistoryEstimator(Estimator):
     """Learns runtimes from the jobs that finished earlier in the trace.
 
     Observations are normalised to the reference GPU (through the catalog's

@@ -16,18 +16,19 @@ date incrementally.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from cpn.core.capacity import Capacity, Slot, worker_gpus
+from cpn.core.check import check_plan
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
-from cpn.core.model import Cluster, CyclePlan, Estimate, Job, Node, Running, Snapshot, Start
+from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
 from cpn.sim.clusters import ClusterSet
@@ -143,34 +144,28 @@ class _State:
 
 
 class _NodeState:
-    """Free resources of one node; its frozen :class:`Node` is rebuilt only when dirty."""
+    """One node: its free resources live in the world's core :class:`Capacity` (``slot``);
+    its frozen :class:`Node` is rebuilt only when dirty."""
 
-    __slots__ = ("base", "free_cpu", "free_gpus", "free_mem", "value")
+    __slots__ = ("base", "slot", "value")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, slot: Slot) -> None:
         self.base = node
-        self.free_gpus = float(node.gpus)
-        self.free_cpu = node.cpu
-        self.free_mem = node.memory_gib
+        self.slot = slot
         self.value: Node | None = None
 
     def node(self) -> Node:
         if self.value is None:
-            base = self.base
-            util = (1.0 - self.free_cpu / base.cpu) if base.cpu > 0 else None
+            base, slot = self.base, self.slot
+            util = (1.0 - slot.free_cpu / base.cpu) if base.cpu > 0 else None
             self.value = replace(
                 base,
-                free_gpus=max(0.0, self.free_gpus),
-                free_cpu=max(0.0, self.free_cpu),
-                free_memory_gib=max(0.0, self.free_mem),
+                free_gpus=max(0.0, slot.free_gpus),
+                free_cpu=max(0.0, slot.free_cpu),
+                free_memory_gib=max(0.0, slot.free_memory_gib),
                 cpu_util=util,
             )
         return self.value
-
-
-def _worker_need(job: Job) -> float:
-    """GPUs one worker of ``job`` takes on its node."""
-    return job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
 
 
 def worker_shape(gpus: float, max_node_gpus: int) -> tuple[int, int, float]:
@@ -306,10 +301,15 @@ class World:
 
         self._cluster_names = tuple(c.name for c in clusters.clusters)
         self._cluster_meta = {c.name: c for c in clusters.clusters}
+        # Node accounting and "does it ever fit" are core's (cpn.core.capacity).
+        empty = Snapshot(now_s=0.0, policy=policy, clusters=tuple(clusters.clusters))
+        self._capacity = Capacity.from_snapshot(empty)
         self._nodes: dict[tuple[str, str], _NodeState] = {}
         self._cluster_nodes: dict[str, list[_NodeState]] = {}
         for cluster in clusters.clusters:
-            states = [_NodeState(n) for n in cluster.nodes]
+            states = [
+                _NodeState(n, self._capacity.slot(cluster.name, n.name)) for n in cluster.nodes
+            ]
             self._cluster_nodes[cluster.name] = states
             for state in states:
                 self._nodes[(cluster.name, state.base.name)] = state
@@ -352,13 +352,13 @@ class World:
         self.calibrator = WaitCalibrator(eta_calibration)
         # Re-estimation of waiting jobs (refresh_estimates). Learning is counted in
         # observations; each job remembers the count its estimate was made at.
-        self.reestimate = reestimate and bool(getattr(estimator, "learns", True))
+        self.reestimate = reestimate and estimator.learns
         self.reestimates = 0  # estimate() calls made for jobs already estimated
         self.reestimate_wall_s = 0.0  # time spent making them
         self._learned = 0  # observations so far
         self._learned_by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
         self._learned_all = 0  # count when the estimator's knowledge version last changed
-        self._version = knowledge_version(estimator)
+        self._version = estimator.knowledge_version()
         self._refreshed_at = 0  # count at the last refresh
         self._estimated_at: dict[str, int] = {}  # job key -> count its estimate was made at
 
@@ -406,23 +406,9 @@ class World:
         )
 
     def _fits_somewhere(self, job: Job) -> bool:
-        per_worker = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
-        for cluster in self.clusters.clusters:
-            slots = 0
-            for node in cluster.nodes:
-                if not node.schedulable or not job.allows(node.gpu_type):
-                    continue
-                if job.gpu_memory_gib > node.gpu_memory_gib + _EPS:
-                    continue
-                fits = math.floor(node.gpus / per_worker + _EPS) if per_worker > 0 else job.workers
-                if job.cpu > 0:
-                    fits = min(fits, math.floor(node.cpu / job.cpu + _EPS))
-                if job.memory_gib > 0:
-                    fits = min(fits, math.floor(node.memory_gib / job.memory_gib + _EPS))
-                slots += max(0, fits)
-                if slots >= job.workers:
-                    return True
-        return False
+        """Whether ``job`` fits one (cluster, GPU type) of empty nodes it may run on."""
+        capacity = self._capacity
+        return any(job.allows(key[1]) and capacity.ever_fits(job, key) for key in capacity.groups)
 
     # ------------------------------------------------------------------ events
 
@@ -517,13 +503,13 @@ class World:
 
         What the estimator learns from a finished job is taken to change only the
         estimates of jobs of the same model or the same user; anything wider (the
-        predictor retraining) changes its knowledge version (:func:`knowledge_version`),
+        predictor retraining) changes its knowledge version (``Estimator.knowledge_version``),
         and every waiting job is then re-estimated. A job is re-estimated only when
         something of that kind was learned after its estimate was made, so a job whose
         model nobody ran meanwhile is never asked twice. The estimates are asked for in
-        one batch (``estimate_many(jobs, gpu_types)`` when the estimator has it).
+        one batch (``Estimator.estimate_many``).
         """
-        version = knowledge_version(self.estimator)
+        version = self.estimator.knowledge_version()
         if version != self._version:
             self._version = version
             self._learned += 1  # a change with no observation of its own (a thread retrained)
@@ -546,7 +532,7 @@ class World:
         if not stale:
             return 0
         started = time.perf_counter()
-        estimates = estimate_many(self.estimator, stale, self.gpu_types)
+        estimates = self.estimator.estimate_many(stale, self.gpu_types)
         self.reestimate_wall_s += time.perf_counter() - started
         self.reestimates += len(stale)
         for job, estimate in zip(stale, estimates, strict=True):
@@ -570,7 +556,7 @@ class World:
 
     def _enqueue(self, job: Job) -> None:
         self._pending[job.key] = job
-        need = _worker_need(job)
+        need = worker_gpus(job)
         self._needs[need] = self._needs.get(need, 0) + 1
         if job.not_before_s > self.now_s:
             self._push(job.not_before_s, _WAKE, job.key)
@@ -585,7 +571,7 @@ class World:
             return True  # a preemption may be possible
         smallest = min(self._needs)
         for state in self._nodes.values():
-            if state.free_gpus + _EPS >= smallest and state.base.schedulable:
+            if state.slot.free_gpus + _EPS >= smallest and state.base.schedulable:
                 return True
         self._skipped += 1
         return False
@@ -638,23 +624,18 @@ class World:
             projection = self.project(snapshot, self.eta_max_cycles, self.plan, waiting)
         self._eta_wall_s += time.perf_counter() - started
         self._eta_calls += 1
-        now, calibrator = self.now_s, self.calibrator
-        for key, seen in projection.items():  # jobs projected before: how far they slipped
-            if key in calibrator and key in self._pending:
-                calibrator.projected(key, self._pending[key].queue, now, seen.start_s)
+        now = self.now_s
+        told = self.calibrator.tell(projection, self._pending, now, waiting)
         for key in waiting:
-            state = self._states[key]
-            record = state.record
+            record = self._states[key].record
             record.eta_at_s = now
             found = projection.get(key)
             if found is not None:
                 record.eta_start_s = found.start_s
                 record.eta_end_s = found.end_s
-                queue = state.job.queue
-                told = calibrator.state(queue, found, now)
-                record.eta_cal_start_s = told.start_s
-                record.eta_low_s, record.eta_high_s = told.start_low_s, told.start_high_s
-                calibrator.projected(key, queue, now, found.start_s)
+                stated = told[key]
+                record.eta_cal_start_s = stated.start_s
+                record.eta_low_s, record.eta_high_s = stated.start_low_s, stated.start_high_s
 
     def _expected_arrivals(self) -> list[Job]:
         """The jobs submitted in the last ``eta_arrivals_s``, as if submitted again one, two, ...
@@ -672,73 +653,26 @@ class World:
         ]
 
     def apply(self, plan: CyclePlan, snapshot: Snapshot) -> None:
-        """Carry out ``plan`` (made from ``snapshot``) strictly; InvalidPlan on any violation."""
-        preempted: set[str] = set()
+        """Carry out ``plan`` (made from ``snapshot``) strictly: InvalidPlan on any violation
+        :func:`cpn.core.check.check_plan` finds."""
+        violations = check_plan(plan, snapshot)
+        if violations:
+            raise InvalidPlan("; ".join(str(v) for v in violations))
         for preempt in plan.preemptions:
-            if preempt.job_key in preempted:
-                raise InvalidPlan(f"job {preempt.job_key!r} preempted twice in one plan")
-            if preempt.job_key not in self._running:
-                raise InvalidPlan(f"cannot preempt {preempt.job_key!r}: it is not running")
-            preempted.add(preempt.job_key)
             self._preempt(preempt.job_key)
-        started: set[str] = set()
         for start in plan.starts:
-            key = start.job_key
-            if key in started:
-                raise InvalidPlan(f"job {key!r} started twice in one plan")
-            if key in preempted or key not in self._pending:
-                raise InvalidPlan(f"cannot start {key!r}: it is not pending")
-            started.add(key)
             self._start(start, snapshot)
-        if plan.holds:
-            unknown = {h.job_key for h in plan.holds}.difference(self._states)
-            if unknown:
-                raise InvalidPlan(f"hold names unknown job(s) {sorted(unknown)!r}")
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
         job = self._pending[key]
-        if cluster not in self._cluster_meta or not self._cluster_meta[cluster].ready:
-            raise InvalidPlan(f"cannot start {key!r} on unknown or unready cluster {cluster!r}")
-        if not job.allows(gpu_type):
-            raise InvalidPlan(f"job {key!r} may not run on {gpu_type}")
-        if len(nodes) != job.workers:
-            raise InvalidPlan(
-                f"job {key!r} has {job.workers} worker(s) but {len(nodes)} node(s) given"
-            )
-        per_gpu = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
         node_keys = tuple((cluster, name) for name in nodes)
-        for node_key in node_keys:
-            node = self._nodes.get(node_key)
-            if node is None:
-                raise InvalidPlan(f"job {key!r}: no node {node_key[1]!r} in cluster {cluster!r}")
-            base = node.base
-            if base.gpu_type != gpu_type:
-                raise InvalidPlan(
-                    f"job {key!r}: node {base.name} has {base.gpu_type}, plan says {gpu_type}"
-                )
-            if not base.schedulable:
-                raise InvalidPlan(f"job {key!r}: node {base.name} is not schedulable")
-            if job.gpu_memory_gib > base.gpu_memory_gib + _EPS:
-                raise InvalidPlan(f"job {key!r}: node {base.name} GPUs have too little memory")
-        # Take resources worker by worker, so repeated nodes are checked cumulatively.
-        taken: list[_NodeState] = []
-        for node_key in node_keys:
-            node = self._nodes[node_key]
-            node.free_gpus -= per_gpu
-            node.free_cpu -= job.cpu
-            node.free_mem -= job.memory_gib
-            taken.append(node)
-            if node.free_gpus < -_EPS or node.free_cpu < -_EPS or node.free_mem < -_EPS:
-                raise InvalidPlan(
-                    f"job {key!r} overcommits node {node.base.name} of {cluster}: "
-                    f"free gpus={node.free_gpus:g}, cpu={node.free_cpu:g}, memory={node.free_mem:g}"
-                )
+        self._capacity.take(job, (cluster, gpu_type), nodes)
         transfer_s = self.transfer(job, cluster, snapshot)
         if transfer_s is None:
             raise InvalidPlan(f"job {key!r}: its data cannot reach cluster {cluster!r}")
-        for node in taken:
-            node.value = None
+        for node_key in node_keys:
+            self._nodes[node_key].value = None
         self._cluster_values.pop(cluster, None)
 
         state = self._states[key]
@@ -764,7 +698,7 @@ class World:
         state.predicted_offset_s = start.transfer_s + restart_s
         state.predicted_remaining = state.remaining
         del self._pending[key]
-        need = _worker_need(job)
+        need = worker_gpus(job)
         self._needs[need] -= 1
         if not self._needs[need]:
             del self._needs[need]
@@ -783,13 +717,9 @@ class World:
         running = state.running
         assert running is not None
         job = state.job
-        per_gpu = job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
+        self._capacity.release(running.cluster, running.nodes, job)
         for node_key in state.node_keys:
-            node = self._nodes[node_key]
-            node.free_gpus += per_gpu
-            node.free_cpu += job.cpu
-            node.free_mem += job.memory_gib
-            node.value = None
+            self._nodes[node_key].value = None
         self._cluster_values.pop(running.cluster, None)
         del self._running[job.key]
         self._busy_gpus -= job.gpus
@@ -816,7 +746,7 @@ class World:
             self._learned_by[("m", state.job.model)] = self._learned
             if state.job.user:
                 self._learned_by[("u", state.job.user)] = self._learned
-            version = knowledge_version(self.estimator)
+            version = self.estimator.knowledge_version()
             if version != self._version:  # it retrained: every estimate may change
                 self._version = version
                 self._learned_all = self._learned
@@ -839,26 +769,6 @@ class World:
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
         state.job = job
         self._enqueue(job)
-
-
-def knowledge_version(estimator: Estimator) -> object:
-    """What changes when ``estimator``'s knowledge changed beyond the jobs it observed.
-
-    Its ``version`` attribute, else its ``retrains`` count (the predictor's: a retrained
-    model may change every estimate), else None (nothing beyond the observed jobs).
-    """
-    version = getattr(estimator, "version", None)
-    return version if version is not None else getattr(estimator, "retrains", None)
-
-
-def estimate_many(
-    estimator: Estimator, jobs: Sequence[Job], gpu_types: Sequence[str]
-) -> list[Estimate]:
-    """Estimates of ``jobs``: one ``estimate_many`` call when the estimator has it."""
-    batch = getattr(estimator, "estimate_many", None)
-    if batch is not None:
-        return list(batch(jobs, gpu_types))
-    return [estimator.estimate(job, gpu_types) for job in jobs]
 
 
 def truth_for(trace: Iterable[TraceJob], reference_gpu: str) -> TrueRuntime:

@@ -1,0 +1,86 @@
+"""The texts a held job is told: one function per message, so every wording lives here.
+
+The cycle (:mod:`cpn.core.cycle`) and the quota ledger (:mod:`cpn.core.quota`) pick the
+:class:`~cpn.core.model.WaitReason`; these functions say it in words a researcher can
+read, with the numbers that matter. Pure: values in, a string out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cpn.core.capacity import GroupKey, worker_gpus
+from cpn.core.model import Job, Snapshot
+
+SUSPENDED = "suspended by its owner (spec.suspend)"
+NO_CANDIDATE = "no reachable cluster has an allowed GPU type with a runtime estimate"
+NO_IDLE_TO_BORROW = "; no idle GPUs to borrow"
+WAITING_FOR_FASTER = "sooner than starting now elsewhere"
+
+
+def need(job: Job) -> str:
+    """What one start of ``job`` asks: "2 x 4 GPU(s)"."""
+    return f"{job.workers} x {worker_gpus(job):g} GPU(s)"
+
+
+def backoff(job: Job, wait_s: float) -> str:
+    return f"attempt {job.attempts} failed; retrying in {wait_s:.0f}s"
+
+
+def infeasible(job: Job, snapshot: Snapshot) -> str:
+    """No cluster could ever hold ``job``: its shape and the largest matching node."""
+    biggest = max(
+        (n.gpus for c in snapshot.clusters for n in c.nodes if job.allows(n.gpu_type)),
+        default=0,
+    )
+    types = ", ".join(sorted(job.gpu_types)) if job.gpu_types else "any GPU type"
+    return (
+        f"no cluster can ever hold {job.workers} worker(s) x {worker_gpus(job):g} GPU(s) "
+        f"of {types} (largest matching node has {biggest} GPUs)"
+    )
+
+
+def reserved(key: GroupKey, start_s: float, now_s: float) -> str:
+    """Room of ``key`` (cluster, GPU type) is held for the job from ``start_s``."""
+    return f"reserved {key[1]} on {key[0]} from t={start_s:.0f}s ({start_s - now_s:.0f}s from now)"
+
+
+def behind(blocker: str, ordering: str) -> str:
+    return f"behind {blocker} (strict {ordering} order)"
+
+
+def waiting_for(key: GroupKey) -> str:
+    """Placement chose to wait for the faster ``key`` (cluster, GPU type)."""
+    return f"waiting for {key[1]} on {key[0]}: predicted to finish {WAITING_FOR_FASTER}"
+
+
+def reserved_for(job: Job, holders: Iterable[str]) -> str:
+    return f"room for {need(job)} is reserved for {', '.join(sorted(set(holders)))}"
+
+
+def node_load(job: Job) -> str:
+    return f"nodes with room for {need(job)} are not ready or above the CPU ceiling"
+
+
+def no_room(job: Job, free_gpus: float) -> str:
+    return f"needs {need(job)}; at most {free_gpus:g} GPUs free in one allowed cluster/type"
+
+
+def deferred(fits: Iterable[GroupKey]) -> str:
+    """The MILP chose to wait for a faster GPU type rather than start on ``fits``."""
+    return (
+        "placement predicts it finishes sooner by waiting for a faster GPU type "
+        "than by starting now on " + ", ".join(f"{gpu}@{cluster}" for cluster, gpu in fits)
+    )
+
+
+def preempted_for(key: str) -> str:
+    return f"preempted for higher-ranked {key}"
+
+
+def over_quota(label: str, used: float, limit: float, gpus: float) -> str:
+    return f"quota of {label}: {used:g} of {limit:g} GPUs in use, job needs {gpus:g}"
+
+
+def over_type_quota(label: str, gpu_type: str, used: float, cap: float, gpus: float) -> str:
+    return f"quota of {label} on {gpu_type}: {used:g} of {cap:g} in use, job needs {gpus:g}"

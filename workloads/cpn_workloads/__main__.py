@@ -1,0 +1,5 @@
+import sys
+
+from cpn_workloads.run import main
+
+sys.exit(main())
