@@ -189,16 +189,23 @@ def test_a_namespace_user_reads_the_explanation_of_a_waiting_job(hub: Hub, tmp_p
         assert text.splitlines()[0].startswith(
             f"{namespace}/waits: Queued ({view['reason']}), position 1"
         )
-        described = subprocess.run(
-            [str(hub.tb.kubectl), "--kubeconfig", str(config), "describe", "aijob", "waits"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert described.returncode == 0, described.stderr
-        flat = " ".join(described.stdout.split())
+
+        def described() -> str | None:
+            done = subprocess.run(
+                [str(hub.tb.kubectl), "--kubeconfig", str(config), "describe", "aijob", "waits"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            flat = " ".join(done.stdout.split())
+            # The four fill jobs end together: which one the status names as first to free
+            # may change between two reads, so any of them (of this namespace) will do.
+            frees = re.search(rf"room frees when {re.escape(namespace)}/fill-\d on ", flat)
+            return flat if frees else None
+
+        flat = wait_until(described, timeout_s=30, what="kubectl describe: the explanation")
         assert "Type: Admitted" in flat and f"Reason: {view['reason']}" in flat
-        assert f"room frees when {named.group(1)}/{named.group(2)}" in flat
         # A running job explains its place: chosen, and the runner-up when there was one.
         running = json.loads(explain(config, "fill-0", "--json").stdout)
         chosen = running["placement"]["chosen"]
