@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from cpn.adapters.kube import client_from_kubeconfig
 from testbed import kueue
 from testbed.bed import Testbed
-from testbed.workloads import gpu_job, wait_for
+from testbed.workloads import WaitTimeout, gpu_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,23 @@ def _job_or_none(batch: Any, namespace: str, name: str) -> Any:
         if e.status == 404:
             return None
         raise
+
+
+def _member_view(tb: Testbed, member: str, namespace: str) -> str:
+    """The member's copy and its pods, and what holds the member's GPUs, for a failure."""
+    api = client_from_kubeconfig(tb.kubeconfig(member).read_text())
+    found = _job_or_none(client.BatchV1Api(api), namespace, "train")
+    job: Any = found.to_dict() if found is not None else None
+    pods: list[Any] = [
+        p.to_dict() for p in client.CoreV1Api(api).list_pod_for_all_namespaces().items
+    ]
+    mine = [
+        (p["metadata"]["name"], (p.get("status") or {}).get("phase"), p.get("status"))
+        for p in pods
+        if p["metadata"].get("namespace") == namespace
+    ]
+    busy = sum((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods)
+    return f"copy on {member}: {job}; its pods {mine}; {busy} pods pending or running there"
 
 
 def test_labelled_job_on_the_hub_runs_on_one_member_and_finishes(multikueue: Testbed) -> None:
@@ -70,7 +87,11 @@ def test_labelled_job_on_the_hub_runs_on_one_member_and_finishes(multikueue: Tes
             job = copies().get(member)
             return job is not None and (job.status.succeeded or 0) == 1
 
-        wait_for(member_succeeded, timeout_s=120, what=f"the copy on {member} to succeed")
+        try:
+            wait_for(member_succeeded, timeout_s=120, what=f"the copy on {member} to succeed")
+        except WaitTimeout:  # say what the member saw (a CI run once timed out here)
+            raise AssertionError(_member_view(tb, member, namespace)) from None
+        assert "'succeeded': 1" in _member_view(tb, member, namespace)  # the view reads the copy
 
         def hub_finished() -> bool:
             conds = {
