@@ -74,6 +74,8 @@ class Following(HubWrites):
         uid = labels.get(k.LABEL_UID, "")
         attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
         name = job["metadata"]["name"]
+        if event == "DELETED":
+            self._stale_told.discard((member.name, name))  # told once; the Job is gone now
         record = self.store.by_uid(uid)
         if record is None:
             return  # an orphan: the sweep deletes it once AIJobs are listed
