@@ -44,7 +44,9 @@ from testbed.spec import (
     KWOK_NODE_VALUE,
     BedSpec,
     ClusterSpec,
+    ephemeral_range,
     load_spec,
+    ports_problem,
 )
 
 KWOK_CONFIG = Path(__file__).with_name("kwok") / "kwok.yaml"
@@ -629,6 +631,9 @@ class Testbed:
         b = self.binaries
         if self.status().healthy:
             return UpReport(elapsed_s=time.monotonic() - t0, already_running=True)
+        problem = ports_problem(self.spec, ephemeral_range())
+        if problem:
+            raise TestbedError(problem)
         if not self.processes():
             self._cold_reset()
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -170,6 +170,37 @@ class BedSpec:
         raise KeyError(name)
 
 
+#: where Linux says which local ports it hands to outgoing connections
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int] | None:
+    """The kernel's ephemeral port range (low, high), or None where it cannot be read."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def ports_problem(spec: BedSpec, ephemeral: tuple[int, int] | None) -> str | None:
+    """Why the bed's ports cannot be used, or None. Ports in the ephemeral range are
+    refused: any client connection on the machine may hold one of them when a server of
+    the bed starts ("address already in use", seen once with a bed at 33000)."""
+    first = spec.port_base
+    last = first + len(spec.clusters) * PORT_BLOCK - 1
+    size = last - first + 1
+    if ephemeral is None or (ephemeral[0] - 1024 < size and 65535 - ephemeral[1] < size):
+        return None  # unknown, or no room outside it: nothing better to suggest
+    if first <= ephemeral[1] and last >= ephemeral[0]:
+        return (
+            f"the bed's ports {first}-{last} overlap the kernel's ephemeral ports "
+            f"{ephemeral[0]}-{ephemeral[1]} (net.ipv4.ip_local_port_range), which outgoing "
+            "connections take at random; set CPN_TESTBED_PORT_BASE outside that range"
+        )
+    return None
+
+
 def _int(raw: Any, where: str, minimum: int = 0) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
         raise SpecError(f"{where}: expected an integer >= {minimum}, got {raw!r}")

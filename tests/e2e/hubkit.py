@@ -122,6 +122,29 @@ def running_hub(
         print(f"decision log: {settings['decision_log']}")
 
 
+def orphans(tb: Testbed) -> list[str]:
+    """Unfinished member Jobs of cpn whose AIJob is gone from the hub (``member/name (its
+    AIJob)``): they hold GPUs that nothing will free until an operator sweeps them."""
+    with tb.api_client("hub") as api:
+        aijobs = client.CustomObjectsApi(api).list_cluster_custom_object(
+            "cpn.io", "v1alpha1", "aijobs"
+        )["items"]
+    alive = {a["metadata"]["uid"] for a in aijobs}
+    found = []
+    for member in tb.members:
+        with tb.api_client(member) as api:
+            jobs = client.BatchV1Api(api).list_job_for_all_namespaces(
+                label_selector="app.kubernetes.io/managed-by=cpn"
+            )
+        for job in jobs.items:
+            labels = job.metadata.labels or {}
+            done = {c.type for c in job.status.conditions or [] if c.status == "True"}
+            if labels.get("cpn.io/aijob-uid") not in alive and not done & {"Complete", "Failed"}:
+                owner = f"{labels.get('cpn.io/aijob-namespace')}/{labels.get('cpn.io/aijob-name')}"
+                found.append(f"{member}/{job.metadata.name} ({owner})")
+    return found
+
+
 @contextmanager
 def new_namespace(hub: Hub, prefix: str, **labels: str) -> Iterator[str]:
     """A fresh namespace; its AIJobs are deleted (while the operator runs) when done."""

@@ -13,7 +13,8 @@ from kubernetes import client
 
 from cpn.cli.devbed import stop_process
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, running_hub, wait_status
+from testbed.workloads import wait_for
+from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, orphans, running_hub, wait_status
 from tests.test_json_output import run_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -82,4 +83,10 @@ def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> N
             with hub.tb.api_client(member) as api:
                 for made in namespaces(hub.tb, member) - before[member]:
                     client.CoreV1Api(api).delete_namespace(made)
+        # The bench's AIJobs may be deleted before the restarted operator listed them (or
+        # while none ran): its sweep must remove their member Jobs, which would otherwise
+        # hold the members' GPUs for every later test (bench_memory's run for hours).
+        wait_for(
+            lambda: not orphans(hub.tb), timeout_s=120, interval_s=1, what="no orphaned member Job"
+        )
     assert key in doc and doc["bench"] == script.removeprefix("bench_").removesuffix(".py")
