@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
+from cpn.cli.devbed import stop_process
 from testbed.bed import Testbed
 from testbed.workloads import wait_for
 from tests.e2e import hubkit
@@ -83,6 +85,23 @@ def requeued_message(hub: hubkit.Hub, namespace: str, name: str, *, timeout_s: f
     return message
 
 
+def deregister(hub: hubkit.Hub) -> dict[str, Any]:
+    """Delete the member's MemberCluster; what it was, to register it again."""
+    body = cast(
+        dict[str, Any],
+        hub.custom.get_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", MEMBER),
+    )
+    hub.custom.delete_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", MEMBER)
+    return body
+
+
+def register_again(hub: hubkit.Hub, body: dict[str, Any]) -> None:
+    """Create the deleted MemberCluster ``body`` again (its spec and labels)."""
+    again = {"apiVersion": body["apiVersion"], "kind": body["kind"], "spec": body["spec"]}
+    again["metadata"] = {"name": MEMBER, "labels": body["metadata"].get("labels") or {}}
+    hub.custom.create_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", again)
+
+
 def running_on_member(hub: hubkit.Hub, namespace: str, name: str) -> str:
     """Apply a 45 s AIJob only the member's V100s can hold; wait until it runs; its UID."""
     slow = {"A100-80GB": "45s", "V100-32GB": "45s"}
@@ -141,18 +160,15 @@ def test_deleting_a_ready_members_membercluster_requeues_its_job_with_the_reason
     before the connection went; registered again, the member runs it to the end, once."""
     seconds_until_ready_is(hub, "True", timeout_s=30)
     uid = running_on_member(hub, namespace, "removed")
-    body = hub.custom.get_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", MEMBER)
     began = time.monotonic()
-    hub.custom.delete_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", MEMBER)
+    body = deregister(hub)
     try:
         told = requeued_message(hub, namespace, "removed", timeout_s=60)
         requeued_s = time.monotonic() - began
         status = hubkit.wait_status(hub, namespace, "removed", timeout_s=30, cluster=None)
         wait_for(lambda: not hub.member_jobs(MEMBER, uid), timeout_s=30, what="its member Job gone")
     finally:
-        spec = {"apiVersion": body["apiVersion"], "kind": body["kind"], "spec": body["spec"]}
-        spec["metadata"] = {"name": MEMBER, "labels": body["metadata"].get("labels") or {}}
-        hub.custom.create_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", spec)
+        register_again(hub, body)
     print(f"\nFIGURES MemberCluster {MEMBER} deleted: job requeued after {requeued_s:.1f}s")
     assert told.startswith(
         f"member cluster {MEMBER} was removed (its MemberCluster deleted) while the job was "
@@ -167,3 +183,36 @@ def test_deleting_a_ready_members_membercluster_requeues_its_job_with_the_reason
     assert done["cluster"] == MEMBER and done["attempts"] == 2
     assert hubkit.events_of(hub, namespace, "removed").count("Succeeded") == 1
     assert hubkit.member_jobs_by_uid(hub.tb)[uid] == 1
+
+
+def test_a_membercluster_deleted_while_the_operator_is_down_requeues_its_job_at_start(
+    hub: hubkit.Hub, namespace: str
+) -> None:
+    """The operator stops, the MemberCluster its job runs on is deleted, the operator
+    starts: the job is requeued (MemberRemoved) saying its member Job could not be deleted;
+    registered again, the member runs it to the end, taken once."""
+    seconds_until_ready_is(hub, "True", timeout_s=30)
+    uid = running_on_member(hub, namespace, "orphaned")
+    stop_process(hub.proc)
+    body = deregister(hub)
+    try:
+        hub.restart()
+        told = requeued_message(hub, namespace, "orphaned", timeout_s=90)
+    finally:
+        register_again(hub, body)
+    assert told.startswith(
+        f"member cluster {MEMBER} was removed (its MemberCluster deleted) while the job was "
+        "on it: requeued; its member Job "
+    ), told
+    assert told.endswith(
+        f"cannot be deleted (cpn holds no connection to {MEMBER}), so it may still run there "
+        "as well"
+    ), told
+    done = hubkit.wait_status(hub, namespace, "orphaned", timeout_s=150, phase="Succeeded")
+    assert done["cluster"] == MEMBER and done["attempts"] == 2
+    assert hubkit.events_of(hub, namespace, "orphaned").count("Succeeded") == 1
+    wait_for(
+        lambda: hubkit.member_jobs_by_uid(hub.tb)[uid] == 1,
+        timeout_s=60,
+        what="the stale attempt removed once the member is back",
+    )

@@ -43,6 +43,10 @@ class FakeHub:
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, dict[str, Any]]] = []
         self.fail_with: BaseException | None = None
+        self.member_bodies: list[dict[str, Any]] = []  # the MemberClusters listed
+
+    def list_members(self) -> list[dict[str, Any]]:
+        return list(self.member_bodies)
 
     def patch_aijob_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if self.fail_with is not None:

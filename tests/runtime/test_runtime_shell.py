@@ -147,6 +147,20 @@ def test_a_removed_members_job_that_cannot_be_deleted_is_told(shell):
     )
 
 
+def test_a_job_on_a_member_removed_while_the_operator_was_down_is_requeued_at_start(shell):
+    """At start the hub lists m2 only: ns/a, restored on m1, is requeued as removed; ns/b
+    on the listed m2 is left to be followed there."""
+    runtime, hub, _, record = shell
+    runtime.members["m2"] = FakeMember("m2")
+    hub.member_bodies = [{"metadata": {"name": "m2"}, "spec": {}}]
+    other = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    other.phase, other.attempts, other.cluster, other.member_job = k.PHASE_RUNNING, 1, "m2", "b-1"
+    asyncio.run(runtime.connect_members())
+    assert (record.phase, record.reason, record.cluster) == (k.PHASE_QUEUED, "MemberRemoved", "")
+    assert "cannot be deleted (cpn holds no connection to m1)" in record.message
+    assert (other.phase, other.cluster) == (k.PHASE_RUNNING, "m2")
+
+
 def test_deleting_a_silent_member_requeues_its_jobs_even_at_most_once_and_says_so(shell):
     """m1 stopped answering; its MemberCluster deleted: no delete is sent to it (it would
     hang), the job is requeued even under at-most-once (removal confirms the member gone),

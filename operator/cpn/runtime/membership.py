@@ -181,12 +181,20 @@ class Membership(Following):
 
     async def connect_members(self) -> None:
         """Connect every registered member before the first cycle, so that member Jobs
-        created just before a restart are seen (and adopted) before anything is placed."""
+        created just before a restart are seen (and adopted) before anything is placed.
+        A job placed on a member whose MemberCluster was deleted while the operator was
+        down is requeued as if the deletion had been seen (the AIJobs are listed by now)."""
+        registered = set()
         for body in await self.call(self.hub.list_members):
             name = body["metadata"]["name"]
+            registered.add(name)
             if name not in self.members:
                 self.member_specs[name] = body.get("spec")
                 await self.member_event("ADDED", body)
+        for record in self.store.active():
+            if record.cluster and record.cluster not in registered:
+                why = f"cpn holds no connection to {record.cluster}"
+                self.carry_out(record, lifecycle.member_removed(record, record.cluster, why))
         # A member connected by its own handler before the AIJobs were listed had its Jobs
         # listed when no record existed to match them: follow its mirror again now.
         for member in list(self.members.values()):
