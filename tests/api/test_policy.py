@@ -84,6 +84,7 @@ def test_every_key_maps_to_its_field() -> None:
     assert (policy.preemption.checkpoint_interval_s, policy.preemption.min_run_s) == (300.0, 45.0)
     assert (policy.retry.max_attempts, policy.retry.backoff_s) == (1, 0.0)
     assert policy.retry.start_timeout_s == 45.0
+    assert (policy.retry.member_lost, policy.retry.member_timeout_s) == ("at-most-once", 15.0)
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
 
 
@@ -318,6 +319,24 @@ MISTAKES = [
         "retry.member_lost",
         "must be one of availability, at-most-once",
         id="unknown-member-lost",
+    ),
+    pytest.param(
+        "retry: {member_timeout_s: 0}",
+        "retry.member_timeout_s",
+        "greater than 0",
+        id="zero-member-timeout",
+    ),
+    pytest.param(
+        "retry: {member_timeout_s: '15'}",
+        "retry.member_timeout_s",
+        "write it without quotes",
+        id="member-timeout-as-text",
+    ),
+    pytest.param(
+        "retry: {member_timeout_s: 40000000}",
+        "retry.member_timeout_s",
+        "at most 31622400",
+        id="huge-member-timeout",
     ),
     pytest.param(
         "retry: {start_timeout_s: '2m'}",

@@ -15,6 +15,7 @@ from cpn.core.fence import (
     holds_for_member,
     job_result,
     judge_report,
+    member_timeout,
     next_fence,
 )
 
@@ -70,6 +71,12 @@ def test_each_attempt_writes_its_own_directory_and_reads_earlier_ones_newest_fir
     third = checkpoint_env("/ckpt", "u1", 3)
     assert third["CPN_CHECKPOINT_DIR"] == "/ckpt/u1/attempt-3"
     assert third["CPN_RESUME_DIRS"] == "/ckpt/u1/attempt-2:/ckpt/u1/attempt-1"
+
+
+def test_the_member_timeout_is_the_policys_when_it_sets_one_else_the_operators() -> None:
+    assert member_timeout(15.0, 60.0) == (15.0, "policy retry.member_timeout_s")
+    value, source = member_timeout(None, 60.0)
+    assert value == 60.0 and "CPN_MEMBER_TIMEOUT_S" in source
 
 
 def test_only_non_checkpointing_jobs_wait_and_only_under_at_most_once() -> None:

@@ -22,7 +22,8 @@ from tests.e2e.test_fault_figures import assert_whole, settle
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 JOBS = int(os.environ.get("CPN_FLAP_JOBS", "1000"))
-#: Requeue after 10 s of missed probes: a 20 s hang requeues what runs there.
+#: Requeue 10 s after Ready=False (2 s of missed probes, then up to a probe period): a
+#: 20 s hang requeues what runs there.
 TIMERS = {"member_grace_s": 2, "member_timeout_s": 10, "interval_s": 2}
 FLAP_S = 20.0
 

@@ -43,6 +43,10 @@ class FakeHub:
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, dict[str, Any]]] = []
         self.fail_with: BaseException | None = None
+        self.member_bodies: list[dict[str, Any]] = []  # the MemberClusters listed
+
+    def list_members(self) -> list[dict[str, Any]]:
+        return list(self.member_bodies)
 
     def patch_aijob_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if self.fail_with is not None:
@@ -57,7 +61,8 @@ class FakeMemberInfo:
 
 
 class FakeMember:
-    """A member whose Job creates fail with ``fail_with`` (when set) and are recorded."""
+    """A member whose Job creates fail with ``fail_with`` and deletes with
+    ``fail_delete_with`` (when set); what succeeds is recorded."""
 
     def __init__(self, name: str, fail_with: BaseException | None = None) -> None:
         self.name = name
@@ -67,6 +72,9 @@ class FakeMember:
         self.fail_with = fail_with
         self.created: list[str] = []
         self.deleted: list[str] = []
+        self.stopped = False
+        self.fail_delete_with: BaseException | None = None
+        self.probe_overdue_s = 6.0
 
     def create_job(self, manifest: Mapping[str, Any]) -> str:
         if self.fail_with is not None:
@@ -75,4 +83,9 @@ class FakeMember:
         return "uid"
 
     def delete_job(self, name: str) -> None:
+        if self.fail_delete_with is not None:
+            raise self.fail_delete_with
         self.deleted.append(name)
+
+    def stop(self) -> None:
+        self.stopped = True

@@ -50,7 +50,7 @@ def test_a_transition_leaves_the_record_it_was_given_alone():
     """Pure: the old record keeps every field; the step carries a new one."""
     record = dispatched()
     before = replace(record)
-    step = lifecycle.member_lost(record, "m1", 60.0)
+    step = lifecycle.member_lost(record, "m1", 60.0, "policy retry.member_timeout_s")
     assert record == before
     assert step.record is not record and step.record.phase == k.PHASE_QUEUED
 
@@ -59,11 +59,26 @@ def test_a_transition_leaves_the_record_it_was_given_alone():
     ("transition", "reason", "event", "message"),
     [
         (
-            lambda r: lifecycle.member_lost(r, "m1", 60.0),
+            lambda r: lifecycle.member_lost(r, "m1", 60.0, "policy retry.member_timeout_s"),
             "MemberLost",
             "Requeued",
-            "member m1 unreachable for 60s: requeued; its old member Job is removed when "
-            "the member returns",
+            "member m1 not ready for 60s (policy retry.member_timeout_s): requeued; its old "
+            "member Job is removed when the member returns",
+        ),
+        (
+            lambda r: lifecycle.member_removed(r, "m1", ""),
+            "MemberRemoved",
+            "Requeued",
+            "member cluster m1 was removed (its MemberCluster deleted) while the job was on "
+            "it: requeued; its member Job a-1 there is being deleted",
+        ),
+        (
+            lambda r: lifecycle.member_removed(r, "m1", "m1 does not answer"),
+            "MemberRemoved",
+            "Requeued",
+            "member cluster m1 was removed (its MemberCluster deleted) while the job was on "
+            "it: requeued; its member Job a-1 cannot be deleted (m1 does not answer), so it "
+            "may still run there as well",
         ),
         (
             lifecycle.member_job_missing,

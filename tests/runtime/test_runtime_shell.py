@@ -8,7 +8,9 @@ import asyncio
 import pytest
 
 from cpn.api import constants as k
+from cpn.api.policy import parse_policy
 from cpn.config import OperatorConfig
+from cpn.core.health import Probe, Probes
 from cpn.runtime.engine import Runtime
 from cpn.runtime.ports import CallFailed
 from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
@@ -52,7 +54,128 @@ def test_jobs_of_a_member_unreachable_past_its_timeout_are_requeued(shell):
     assert (record.phase, record.reason, record.cluster) == (k.PHASE_QUEUED, "MemberLost", "")
     assert runtime.store.records["ns/a"] is record  # changed in place: the store holds it
     assert [e[0] for e in events(runtime)] == ["Requeued"] and events(runtime)[0][2]
+    assert "not ready for 60s (operator default CPN_MEMBER_TIMEOUT_S" in record.message
     assert runtime.writes.statuses() == 1
+
+
+def test_the_member_timeout_is_read_from_the_policy_in_force_at_each_cycle(shell):
+    """The policy's retry.member_timeout_s overrides the operator's 60 s, and an edit of it
+    applies to a member already not ready (no restart): 15 s, then 30 s."""
+    runtime, _, clock, record = shell
+    runtime._use_policy(parse_policy("retry: {member_timeout_s: 15}"))
+    runtime._not_ready_since["m1"] = clock.monotonic()
+    clock.advance(14.9)
+    runtime._requeue_lost()
+    assert record.phase == k.PHASE_DISPATCHED
+    runtime._use_policy(parse_policy("retry: {member_timeout_s: 30}"))
+    clock.advance(15.0)  # 29.9 s: past the old 15 s, short of the new 30 s
+    runtime._requeue_lost()
+    assert record.phase == k.PHASE_DISPATCHED and events(runtime) == []
+    clock.advance(0.1)
+    runtime._requeue_lost()
+    assert (record.phase, record.reason) == (k.PHASE_QUEUED, "MemberLost")
+    assert "not ready for 30s (policy retry.member_timeout_s)" in record.message
+
+
+def test_the_loop_wakes_when_a_not_ready_members_jobs_are_due(shell):
+    """Not ready since t=100 with the policy's 15 s: at t=105 the loop sleeps 10 s at most
+    (not its 60 s tick, nor until the next probe); with no job there, the tick."""
+    runtime, _, clock, record = shell
+    runtime._use_policy(parse_policy("retry: {member_timeout_s: 15}"))
+    runtime._not_ready_since["m1"] = clock.monotonic()
+    clock.advance(5.0)
+    assert 10.0 <= runtime._next_wake_s() <= 10.1
+    record.cluster = "m2"
+    assert runtime._next_wake_s() == runtime.config.interval_s
+
+
+def test_a_bad_member_timeout_is_refused_and_the_last_good_policy_stays(shell):
+    runtime, _, _, _ = shell
+    runtime._use_policy(parse_policy("retry: {member_timeout_s: 15}"))
+    cm = {
+        "metadata": {"name": "cpn-policy", "namespace": "cpn-system", "resourceVersion": "7"},
+        "data": {"policy.yaml": "retry: {member_timeout_s: -1}"},
+    }
+    error = runtime.policy_event(cm)
+    assert "retry.member_timeout_s" in error and "greater than 0" in error
+    assert runtime.member_timeout()[0] == 15.0
+
+
+def removed(runtime: Runtime) -> None:
+    asyncio.run(runtime.member_event("DELETED", {"metadata": {"name": "m1"}}))
+
+
+def test_deleting_a_ready_member_deletes_its_jobs_there_and_requeues_them(shell):
+    """The MemberCluster m1 is deleted while a-1 runs there: its member Job is deleted
+    through m1 before the connection goes, the AIJob requeued with a warning Event."""
+    runtime, _, clock, record = shell
+    member = FakeMember("m1")
+    runtime.members["m1"] = member
+    runtime.probes["m1"] = Probes().add(Probe(True, clock.monotonic()))
+    other = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    other.phase, other.attempts, other.cluster, other.member_job = k.PHASE_RUNNING, 1, "m2", "b-1"
+    removed(runtime)
+    assert member.deleted == ["a-1"] and member.stopped and "m1" not in runtime.members
+    assert (record.phase, record.reason, record.cluster) == (k.PHASE_QUEUED, "MemberRemoved", "")
+    assert record.message == (
+        "member cluster m1 was removed (its MemberCluster deleted) while the job was on it: "
+        "requeued; its member Job a-1 there is being deleted"
+    )
+    assert events(runtime) == [("Requeued", record.message, True)]
+    assert (other.phase, other.cluster) == (k.PHASE_RUNNING, "m2")  # another member's job
+    # Its deletion, seen by watch afterwards, is not taken for a failed attempt.
+    runtime._follow(member, "DELETED", {"metadata": {"name": "a-1", "labels": labels()}})
+    assert (record.phase, record.reason, record.attempts) == (k.PHASE_QUEUED, "MemberRemoved", 1)
+
+
+def labels() -> dict[str, str]:
+    return {k.LABEL_UID: "uid-a", k.LABEL_ATTEMPT: "1"}
+
+
+def test_a_removed_members_job_that_cannot_be_deleted_is_told(shell):
+    runtime, _, clock, record = shell
+    member = FakeMember("m1")
+    member.fail_delete_with = CallFailed("500 Internal Server Error", status=500)
+    runtime.members["m1"] = member
+    runtime.probes["m1"] = Probes().add(Probe(True, clock.monotonic()))
+    removed(runtime)
+    assert (record.phase, record.reason) == (k.PHASE_QUEUED, "MemberRemoved")
+    assert [e[0] for e in events(runtime)] == ["Requeued", "MemberJobNotDeleted"]
+    assert events(runtime)[1][1] == (
+        "member Job a-1 on the removed member m1 could not be deleted (500 Internal Server "
+        "Error): it may still run there as well"
+    )
+
+
+def test_a_job_on_a_member_removed_while_the_operator_was_down_is_requeued_at_start(shell):
+    """At start the hub lists m2 only: ns/a, restored on m1, is requeued as removed; ns/b
+    on the listed m2 is left to be followed there."""
+    runtime, hub, _, record = shell
+    runtime.members["m2"] = FakeMember("m2")
+    hub.member_bodies = [{"metadata": {"name": "m2"}, "spec": {}}]
+    other = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    other.phase, other.attempts, other.cluster, other.member_job = k.PHASE_RUNNING, 1, "m2", "b-1"
+    asyncio.run(runtime.connect_members())
+    assert (record.phase, record.reason, record.cluster) == (k.PHASE_QUEUED, "MemberRemoved", "")
+    assert "cannot be deleted (cpn holds no connection to m1)" in record.message
+    assert (other.phase, other.cluster) == (k.PHASE_RUNNING, "m2")
+
+
+def test_deleting_a_silent_member_requeues_its_jobs_even_at_most_once_and_says_so(shell):
+    """m1 stopped answering; its MemberCluster deleted: no delete is sent to it (it would
+    hang), the job is requeued even under at-most-once (removal confirms the member gone),
+    and its message says the old Job may still run there."""
+    runtime, _, clock, record = shell
+    runtime._use_policy(parse_policy("retry: {member_lost: at-most-once}"))
+    member = FakeMember("m1")
+    runtime.members["m1"] = member
+    runtime.probes["m1"] = Probes().add(Probe(False, clock.monotonic(), "timed out"))
+    clock.advance(10.0)  # past the 5 s grace
+    removed(runtime)
+    assert member.deleted == []
+    assert (record.phase, record.reason) == (k.PHASE_QUEUED, "MemberRemoved")
+    assert "cannot be deleted (m1 does not answer), so it may still run there" in record.message
+    assert [e[0] for e in events(runtime)] == ["Requeued"]
 
 
 @pytest.mark.parametrize(

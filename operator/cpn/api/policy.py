@@ -267,6 +267,7 @@ _RETRY: Mapping[str, Parser] = {
     "backoff_s": _number(0.0, 86400.0),
     "start_timeout_s": _number(0.0, MAX_DURATION_S, above=True),
     "member_lost": _choice(MEMBER_LOST_CHOICES),
+    "member_timeout_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
 _QUOTAS = ("groups", "lending", "max_priority")
 _MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: What a member should do when it is unreachable past the member timeout (policy key
-#: ``retry.member_lost``): requeue every job (availability; a job that does not
-#: checkpoint may then run twice, once on each side of a partition), or requeue only jobs
-#: that checkpoint and hold the others until the member is confirmed gone (at most once).
+#: What a member should do when it is not ready past the member timeout (policy keys
+#: ``retry.member_lost`` and ``retry.member_timeout_s``): requeue every job (availability;
+#: a job that does not checkpoint may then run twice, once on each side of a partition),
+#: or requeue only jobs that checkpoint and hold the others until the member is confirmed
+#: gone (at most once).
 AVAILABILITY = "availability"
 AT_MOST_ONCE = "at-most-once"
 MEMBER_LOST_CHOICES = (AVAILABILITY, AT_MOST_ONCE)
@@ -95,6 +96,16 @@ def holds_for_member(policy_choice: str, checkpoints: bool) -> bool:
     be requeued? Only under ``at-most-once``, and only a job that does not checkpoint (one
     that does resumes from its own attempt's directory: two attempts never share one)."""
     return policy_choice == AT_MOST_ONCE and not checkpoints
+
+
+def member_timeout(policy_s: float | None, default_s: float) -> tuple[float, str]:
+    """How long a member may stay not ready (counted from when it turned not ready) before
+    its jobs are given up on there, and where that figure comes from, for messages: the
+    policy's ``retry.member_timeout_s`` when it sets one (``policy_s``), else the
+    operator's ``default_s`` (``CPN_MEMBER_TIMEOUT_S``)."""
+    if policy_s is not None:
+        return policy_s, "policy retry.member_timeout_s"
+    return default_s, "operator default CPN_MEMBER_TIMEOUT_S; the policy sets no member_timeout_s"
 
 
 def checkpoint_env(root: str, uid: str, attempt: int) -> dict[str, str]:

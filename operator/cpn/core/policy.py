@@ -176,13 +176,15 @@ class Retry:
     """Failed attempts are retried with exponential backoff up to ``max_attempts``. An
     attempt whose workers are not all running ``start_timeout_s`` after its dispatch is
     removed and counts as a failed attempt (:mod:`cpn.core.gang`). ``member_lost`` says
-    what becomes of jobs on a member unreachable past the member timeout
-    (:func:`cpn.core.fence.holds_for_member`)."""
+    what becomes of jobs on a member not ready for ``member_timeout_s``, counted from when
+    it turned not ready (:func:`cpn.core.fence.holds_for_member`); ``None`` leaves that
+    timeout to the operator's default (:func:`cpn.core.fence.member_timeout`)."""
 
     max_attempts: int = 3
     backoff_s: float = 30.0
     start_timeout_s: float = 300.0
     member_lost: str = AVAILABILITY
+    member_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

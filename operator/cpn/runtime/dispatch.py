@@ -37,20 +37,22 @@ class Dispatching(HubWatch):
     """A plan carried out: preempt, dispatch, explain, number."""
 
     def _requeue_lost(self) -> None:
-        """Jobs on a member that has been unreachable too long go back to the queue."""
+        """Jobs on a member not ready for the member timeout (the policy's, read now) go
+        back to the queue."""
         now = self.clock.monotonic()
+        timeout_s, source = self.member_timeout()
         self._held = {held for held in self._held if held[1] in self._not_ready_since}
         for name, since in list(self._not_ready_since.items()):
-            if now - since < self.config.member_timeout_s:
+            if now - since < timeout_s:
                 continue
             for record in self.store.active():
                 if record.cluster == name and not (
-                    name in self.members and self._held_for_member(record, name)
+                    name in self.members and self._held_for_member(record, name, timeout_s)
                 ):
-                    step = lifecycle.member_lost(record, name, self.config.member_timeout_s)
+                    step = lifecycle.member_lost(record, name, timeout_s, source)
                     self.carry_out(record, step)
 
-    def _held_for_member(self, record: Record, name: str) -> bool:
+    def _held_for_member(self, record: Record, name: str, timeout_s: float) -> bool:
         """Under ``retry.member_lost: at-most-once`` a job that does not checkpoint waits
         on its lost member until it answers again or is removed (an Event says so once)."""
         job = record.job
@@ -59,7 +61,7 @@ class Dispatching(HubWatch):
         if (record.key, name) not in self._held:
             self._held.add((record.key, name))
             message = (
-                f"member {name} unreachable for {self.config.member_timeout_s:.0f}s: the job "
+                f"member {name} not ready for {timeout_s:.0f}s: the job "
                 "stays there, not requeued, until it answers again or is removed (policy "
                 "retry.member_lost: at-most-once; the job does not checkpoint)"
             )

@@ -61,14 +61,32 @@ def requeued(
     return Step(new, (Event(event, message, warning), WRITE))
 
 
-def member_lost(record: Record, member: str, timeout_s: float) -> Step:
-    """Its member has been unreachable for ``timeout_s``: requeued (its old Job is removed
-    by the sweep once the member is back)."""
+def member_lost(record: Record, member: str, timeout_s: float, source: str) -> Step:
+    """Its member has been not ready for ``timeout_s`` (whose value comes from ``source``):
+    requeued (its old Job is removed by the sweep once the member is back)."""
     message = (
-        f"member {member} unreachable for {timeout_s:.0f}s: "
+        f"member {member} not ready for {timeout_s:.0f}s ({source}): "
         "requeued; its old member Job is removed when the member returns"
     )
     return requeued(record, reason="MemberLost", message=message, event="Requeued")
+
+
+def member_removed(record: Record, member: str, cannot_delete: str) -> Step:
+    """Its member's MemberCluster was deleted while the job was placed there: requeued,
+    whatever ``retry.member_lost`` says (an admin's removal confirms the member gone). Its
+    member Job is deleted next, or cannot be (``cannot_delete`` says why): then nothing of
+    cpn's will delete it, and the message says the job may run twice."""
+    gone = (
+        f"member cluster {member} was removed (its MemberCluster deleted) while the job was on it"
+    )
+    if cannot_delete:
+        message = (
+            f"{gone}: requeued; its member Job {record.member_job} cannot be deleted "
+            f"({cannot_delete}), so it may still run there as well"
+        )
+    else:
+        message = f"{gone}: requeued; its member Job {record.member_job} there is being deleted"
+    return requeued(record, reason="MemberRemoved", message=message, event="Requeued")
 
 
 def member_job_missing(record: Record) -> Step:

@@ -77,9 +77,16 @@ class Loop(Dispatching):
                 await asyncio.sleep(1.0)
 
     def _next_wake_s(self) -> float:
-        """Seconds until the safety-net tick, until a backing-off job may retry, or until a
-        start instant a status shows must be rendered again (:func:`start_fields`)."""
+        """Seconds until the safety-net tick, until a backing-off job may retry, until a
+        start instant a status shows must be rendered again (:func:`start_fields`), or until
+        a not-ready member's jobs are due to be requeued."""
         wait = self.config.interval_s
+        member_timeout_s, _ = self.member_timeout()
+        placed = {record.cluster for record in self.store.active()}
+        for name, since in self._not_ready_since.items():
+            due = since + member_timeout_s - self.clock.monotonic()
+            if name in placed and due > 0:
+                wait = min(wait, due + 0.05)
         now = self.clock.wall()
         for record in self.store.pending():
             if record.not_before_s > now:

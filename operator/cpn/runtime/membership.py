@@ -11,11 +11,15 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.core.health import Health, Probe, Probes, health
+from cpn.runtime import lifecycle
 from cpn.runtime.following import Following, why_stale
-from cpn.runtime.ports import Member, MemberUnusable
+from cpn.runtime.ports import Member, MemberUnusable, describe
 from cpn.runtime.state import quiet
 
 log = logging.getLogger(__name__)
+
+#: Seconds the deletion of a removed member's Job may take before it is given up on.
+REMOVE_DELETE_S = 10.0
 
 
 class Membership(Following):
@@ -24,12 +28,16 @@ class Membership(Following):
     async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A MemberCluster was added, changed or removed."""
         name = body["metadata"]["name"]
+        if event == "DELETED":
+            await self.member_removed(name)
         old = self.members.pop(name, None)
         if old is not None:
             old.stop()
         if event == "DELETED":
             self.member_status.pop(name, None)
             self.probes.pop(name, None)
+            self._probe_ready.pop(name, None)
+            self._not_ready_since.pop(name, None)
             self.kick()
             return
         spec = body.get("spec") or {}
@@ -51,6 +59,45 @@ class Membership(Following):
         self.members[name] = member
         member.start()
         self.kick()
+
+    async def member_removed(self, name: str) -> None:
+        """Its MemberCluster is deleted: every job placed there is requeued at once (the
+        admin's removal confirms the member gone, under either ``retry.member_lost``), then
+        their member Jobs are deleted while the member still answers; one that cannot be
+        is named in a Warning Event ``MemberJobNotDeleted`` (it may still run there)."""
+        member = self.members.get(name)
+        records = [r for r in self.store.active() if r.cluster == name]
+        if not records:
+            return
+        cannot = ""
+        if member is None:
+            cannot = f"cpn holds no connection to {name}"
+        elif self.member_health(name, self.clock.monotonic()).since_s is not None:
+            cannot = f"{name} does not answer"
+        # Requeued before any delete is sent: the Job's deletion, seen by watch, must not
+        # pass for the failure of a live attempt.
+        jobs = [(record, record.member_job) for record in records]
+        for record, _ in jobs:
+            self.carry_out(record, lifecycle.member_removed(record, name, cannot))
+        log.warning("member %s removed: %d jobs placed there requeued", name, len(jobs))
+        if member is None or cannot:
+            return
+
+        async def delete(job: str) -> str:
+            try:
+                await asyncio.wait_for(self.call(member.delete_job, job), REMOVE_DELETE_S)
+            except Exception as err:  # TimeoutError included: told, not raised
+                return describe(err) or "no answer"
+            return ""
+
+        failed = await asyncio.gather(*(delete(job) for _, job in jobs))
+        for (record, job), why in zip(jobs, failed, strict=True):
+            if why:
+                message = (
+                    f"member Job {job} on the removed member {name} could not be deleted "
+                    f"({why}): it may still run there as well"
+                )
+                self._event(record, "MemberJobNotDeleted", message, warning=True)
 
     def _member_callback(
         self, member: str, kind: str, event: str, obj: Mapping[str, Any] | None
@@ -100,8 +147,8 @@ class Membership(Following):
             )
             self.kick()
         elif (
-            verdict.since_s is not None
-            and now - verdict.since_s >= self.config.member_timeout_s
+            (since := self._not_ready_since.get(name)) is not None
+            and now - since >= self.member_timeout()[0]
             and any(r.cluster == name for r in self.store.active())
         ):
             self.kick()
@@ -119,8 +166,8 @@ class Membership(Following):
 
     def _member_ready(self, member: Member, now: float) -> tuple[bool, str]:
         """Ready when its probes answer and its watches run (else why not: the probe's
-        error, then the failing watch's); not ready since its first missed probe, or since
-        now when only its watches fail."""
+        error, then the failing watch's). Not ready since the first view that found it so:
+        the cycle that writes its ``Ready=False``, where the member timeout counts from."""
         verdict = self.member_health(member.name, now)
         ready, why = member.ready(self.config.member_grace_s)
         if not verdict.ready:
@@ -129,20 +176,25 @@ class Membership(Following):
         if ready:
             self._not_ready_since.pop(member.name, None)
         else:
-            since = verdict.since_s if verdict.since_s is not None else now
-            self._not_ready_since[member.name] = min(
-                self._not_ready_since.get(member.name, since), since
-            )
+            self._not_ready_since.setdefault(member.name, now)
         return ready, why
 
     async def connect_members(self) -> None:
         """Connect every registered member before the first cycle, so that member Jobs
-        created just before a restart are seen (and adopted) before anything is placed."""
+        created just before a restart are seen (and adopted) before anything is placed.
+        A job placed on a member whose MemberCluster was deleted while the operator was
+        down is requeued as if the deletion had been seen (the AIJobs are listed by now)."""
+        registered = set()
         for body in await self.call(self.hub.list_members):
             name = body["metadata"]["name"]
+            registered.add(name)
             if name not in self.members:
                 self.member_specs[name] = body.get("spec")
                 await self.member_event("ADDED", body)
+        for record in self.store.active():
+            if record.cluster and record.cluster not in registered:
+                why = f"cpn holds no connection to {record.cluster}"
+                self.carry_out(record, lifecycle.member_removed(record, record.cluster, why))
         # A member connected by its own handler before the AIJobs were listed had its Jobs
         # listed when no record existed to match them: follow its mirror again now.
         for member in list(self.members.values()):

@@ -16,6 +16,7 @@ from cpn.api import constants as k
 from cpn.config import OperatorConfig
 from cpn.core.estimator import Estimator
 from cpn.core.eta_calibration import WaitCalibrator
+from cpn.core.fence import member_timeout
 from cpn.core.health import Probes
 from cpn.core.model import Cluster, CyclePlan, Snapshot
 from cpn.core.policy import QueuePolicy
@@ -83,7 +84,7 @@ class RuntimeState:
         self.last_snapshot: Snapshot | None = None
         self.policy_error = ""
         self._stopping = False
-        self._not_ready_since: dict[str, float] = {}
+        self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
         self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
         self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
@@ -107,6 +108,14 @@ class RuntimeState:
         """Run a blocking API call in the pool."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def member_timeout(self) -> tuple[float, str]:
+        """Seconds a member may stay not ready before its jobs are given up on there, read
+        from the policy in force at each call (so an edit of the ConfigMap applies at once),
+        and where the figure comes from (:func:`cpn.core.fence.member_timeout`)."""
+        return member_timeout(
+            self.store.policy.retry.member_timeout_s, self.config.member_timeout_s
+        )
 
     def kick(self) -> None:
         """Ask for a cycle soon (merged with other kicks)."""
