@@ -13,11 +13,8 @@ from typing import Any
 
 import sklearn
 
-from predictor.catalog import (
-    BenchmarkTable,
-    GpuSpec,
-    ModelSpec,
-)
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import GpuSpec, ModelSpec
 from predictor.features import SCHEMA_HASH
 from predictor.measurements import Measurement, measurements_from_table
 from predictor.model import ThroughputModel, TypeOffsets, spec_ranges

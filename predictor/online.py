@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from predictor import artifacts
-from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
 from predictor.jobs import JobFacts, JobLike, Prediction
@@ -547,7 +548,7 @@ def evaluate_with_observations(
     first) as finished jobs, and predicts the remaining held-out rows. Returns
     ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
     """
-    from predictor.catalog import BenchmarkRow
+    from predictor.benchmarks import BenchmarkRow
 
     held = [r for r in table.rows if r.gpu_type == holdout_gpu]
     if not held:
