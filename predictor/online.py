@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from predictor import artifacts
-from predictor.benchmarks import BenchmarkTable
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable
 from predictor.catalog import UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
@@ -548,8 +548,6 @@ def evaluate_with_observations(
     first) as finished jobs, and predicts the remaining held-out rows. Returns
     ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
     """
-    from predictor.benchmarks import BenchmarkRow
-
     held = [r for r in table.rows if r.gpu_type == holdout_gpu]
     if not held:
         raise ValueError(f"no rows for {holdout_gpu!r}")
