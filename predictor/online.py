@@ -246,7 +246,7 @@ class OnlinePredictor:
         """Predicted runtime of ``job`` on each of ``gpu_types``; never raises."""
         try:
             return self._predict(job, gpu_types)
-        except Exception as exc:  # never raise into the scheduler
+        except Exception as exc:  # noqa: BLE001 - never raise into the scheduler; logged
             log.warning("predictor: estimate of %s failed (%s)", getattr(job, "key", "?"), exc)
             flat = {g: self.default_s for g in gpu_types}
             return _prediction(flat, flat, unseen=True, source="predictor-error")
@@ -331,7 +331,7 @@ class OnlinePredictor:
     def _learn(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool) -> None:
         try:
             self._observe(job, gpu_type, actual_s, keep=keep)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raise into the operator; logged
             log.warning("predictor: learning from %s failed (%s)", getattr(job, "key", "?"), exc)
 
     def _observe(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool = True) -> None:
@@ -471,7 +471,7 @@ class OnlinePredictor:
                     for m, g, b, n, p in keys
                 ]
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - keep the current model; logged
             log.warning("predictor: retraining failed (%s); keeping the current model", exc)
             return
         points = dict(zip(keys, (float(v) for v in pred.samples_per_s), strict=True))
