@@ -11,7 +11,6 @@ as kubectl sends it (:func:`kubectl_booleans`) with its nulls pruned (:func:`pru
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -23,7 +22,8 @@ from typing import Any
 
 from yaml.nodes import Node, ScalarNode
 
-from cpn.api.documents import Json, join, read_documents
+from cpn.api.documents import Json, read_documents
+from cpn.api.fields import hint, join
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -269,8 +269,7 @@ class SchemaChecker:
             elif isinstance(extra, Mapping):
                 self.check(item, extra, join(path, key))
             elif not open_:
-                hint = _hint(key, properties)
-                self.error(join(path, key), f"unknown field{hint}")
+                self.error(join(path, key), f"unknown field{hint(key, properties)}")
 
     def rules(self, value: Json, schema: Schema, path: str) -> None:
         """The CEL rules, evaluated once the object is structurally valid."""
@@ -291,11 +290,6 @@ class SchemaChecker:
 def short(value: Json) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _hint(word: str, choices: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def string_map(checker: SchemaChecker, value: Json, path: str) -> None:

@@ -1,14 +1,12 @@
 """YAML documents as cpn reads them: each value with the line of every field path in it.
 
 Read with the loader of :mod:`cpn.api.yamlsafe` (no aliases, tags or duplicate keys;
-YAML 1.2 scalars), one document at a time; a field path is written as policy paths are
-(:func:`join`).
+YAML 1.2 scalars), one document at a time; field paths as :func:`cpn.api.fields.join`
+writes them.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,18 +14,10 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from cpn.api.fields import join
 from cpn.api.yamlsafe import StrictLoader, YamlError
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
 Json = Any
-
-
-def join(path: str, key: str) -> str:
-    """``path.key``, or ``path["odd.key"]`` when the key is not a plain word (as policy paths)."""
-    if _PLAIN_KEY.fullmatch(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key)}]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

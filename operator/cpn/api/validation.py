@@ -52,7 +52,8 @@ from cpn.api.crdschema import (
     string_map,
     type_name,
 )
-from cpn.api.documents import Document, Json, join, line_of, read_documents
+from cpn.api.documents import Document, Json, line_of, read_documents
+from cpn.api.fields import join
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.api.yamlsafe import YamlError
 from cpn.core.errors import InvalidSpec, PolicyError
