@@ -16,7 +16,8 @@ from types import MappingProxyType
 
 from cpn.api.predictions import PredictorEstimator
 from cpn.core.model import Job
-from predictor.catalog import BenchmarkTable, gpu_types, model_names
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import gpu_types, model_names
 from predictor.history import History, HistoryRecord, measurements_from_history
 from predictor.measurements import Measurement, Query, measurements_from_table
 from predictor.model import ThroughputModel

@@ -49,11 +49,13 @@ from cpn.core.model import Estimate, Job  # noqa: E402
 from cpn.core.presets import preset_policy  # noqa: E402
 from cpn.sim import report  # noqa: E402
 from cpn.sim.clusters import ClusterSet, read_clusters  # noqa: E402
+from cpn.sim.jobs import truth_for  # noqa: E402
 from cpn.sim.runner import simulate  # noqa: E402
 from cpn.sim.speed import TrueRuntime  # noqa: E402
 from cpn.sim.trace import TraceJob, read_trace  # noqa: E402
-from cpn.sim.world import World, truth_for  # noqa: E402
-from predictor.catalog import BenchmarkTable, canonical_model  # noqa: E402
+from cpn.sim.world import World  # noqa: E402
+from predictor.benchmarks import BenchmarkTable  # noqa: E402
+from predictor.catalog import canonical_model  # noqa: E402
 
 DATA = ROOT / "operator" / "cpn" / "sim" / "data"
 DEFAULT_TRACE = DATA / "philly" / "ee9e8c.csv"

@@ -66,7 +66,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.catalog import BenchmarkTable, ModelSpec  # noqa: E402
+from predictor.benchmarks import BenchmarkTable  # noqa: E402
+from predictor.catalog import ModelSpec  # noqa: E402
 from predictor.measurements import Measurement, measurements_from_table  # noqa: E402
 from predictor.priors import Priors  # noqa: E402
 from predictor.roofline import Specs, blend_ratio, fit_alpha, fit_roofline, time_terms  # noqa: E402

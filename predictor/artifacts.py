@@ -13,11 +13,8 @@ from typing import Any
 
 import sklearn
 
-from predictor.catalog import (
-    BenchmarkTable,
-    GpuSpec,
-    ModelSpec,
-)
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import GpuSpec, ModelSpec
 from predictor.features import SCHEMA_HASH
 from predictor.measurements import Measurement, measurements_from_table
 from predictor.model import ThroughputModel, TypeOffsets, spec_ranges
@@ -76,7 +73,7 @@ def load(path: str | Path) -> ThroughputModel:
             n_estimators=int(payload.get("n_estimators", 64)),
             seed=int(payload.get("seed", 0)),
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a file may fail to load in any way: logged, baseline
         log.warning("predictor artifact %s unusable (%s); using the scaling baseline", path, exc)
         return fallback_model()
     reasons = []
@@ -111,7 +108,7 @@ def load(path: str | Path) -> ThroughputModel:
             raise ValueError("artifact has no regressor")
         model.fitted = True
         return model
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a file may fail to load in any way: logged, baseline
         log.warning("predictor artifact %s: retraining failed (%s); scaling baseline", path, exc)
         return fallback_model()
 

@@ -26,13 +26,8 @@ from pathlib import Path
 
 from predictor.artifacts import load as load_artifact
 from predictor.artifacts import save as save_artifact
-from predictor.catalog import (
-    BenchmarkError,
-    BenchmarkTable,
-    UnknownName,
-    canonical_gpu,
-    gpu_types,
-)
+from predictor.benchmarks import BenchmarkError, BenchmarkTable
+from predictor.catalog import UnknownName, canonical_gpu, gpu_types
 from predictor.evaluation import evaluate
 from predictor.knowledge import (
     COLLAPSE,

@@ -7,9 +7,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from predictor.catalog import (
-    BenchmarkTable,
-)
+from predictor.benchmarks import BenchmarkTable
 from predictor.measurements import Measurement, query_of
 from predictor.model import ThroughputModel
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from predictor.catalog import BenchmarkRow, BenchmarkTable, data_text, precision_class
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable, precision_class
+from predictor.catalog import data_text
 
 __all__ = [
     "COLLAPSE",

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.catalog import (
-    BenchmarkTable,
-)
+from predictor.benchmarks import BenchmarkTable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

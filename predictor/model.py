@@ -24,7 +24,7 @@ How (all three families share the prior and the folds):
    baseline: the training residuals' spread), never narrower than +-10%.
 
 A (model, GPU type) pair that was measured is served from the measurement itself
-(interpolated, :class:`predictor.catalog.BenchmarkTable`), not from the model.
+(interpolated, :class:`predictor.benchmarks.BenchmarkTable`), not from the model.
 
 Saved models (:mod:`predictor.artifacts`) record the scikit-learn version and the feature
 schema hash; on a mismatch loading retrains from the measurements stored inside, and if
@@ -43,13 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from predictor.catalog import (
-    BenchmarkTable,
-    GpuSpec,
-    UnknownName,
-    effective_tflops,
-    precision_class,
-)
+from predictor.benchmarks import BenchmarkTable, precision_class
+from predictor.catalog import GpuSpec, UnknownName, effective_tflops
 from predictor.features import FEATURES, feature_row
 from predictor.measurements import Measurement, Predictions, Query, query_of
 from predictor.priors import Priors

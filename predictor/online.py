@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from predictor import artifacts
-from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable
+from predictor.catalog import UnknownName, canonical_gpu
 from predictor.features import JobWork, describe_job
 from predictor.history import History, HistoryRecord
 from predictor.jobs import JobFacts, JobLike, Prediction
@@ -245,7 +246,7 @@ class OnlinePredictor:
         """Predicted runtime of ``job`` on each of ``gpu_types``; never raises."""
         try:
             return self._predict(job, gpu_types)
-        except Exception as exc:  # never raise into the scheduler
+        except Exception as exc:  # noqa: BLE001 - never raise into the scheduler; logged
             log.warning("predictor: estimate of %s failed (%s)", getattr(job, "key", "?"), exc)
             flat = {g: self.default_s for g in gpu_types}
             return _prediction(flat, flat, unseen=True, source="predictor-error")
@@ -330,7 +331,7 @@ class OnlinePredictor:
     def _learn(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool) -> None:
         try:
             self._observe(job, gpu_type, actual_s, keep=keep)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raise into the operator; logged
             log.warning("predictor: learning from %s failed (%s)", getattr(job, "key", "?"), exc)
 
     def _observe(self, job: JobLike, gpu_type: str, actual_s: float, *, keep: bool = True) -> None:
@@ -470,7 +471,7 @@ class OnlinePredictor:
                     for m, g, b, n, p in keys
                 ]
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - keep the current model; logged
             log.warning("predictor: retraining failed (%s); keeping the current model", exc)
             return
         points = dict(zip(keys, (float(v) for v in pred.samples_per_s), strict=True))
@@ -547,8 +548,6 @@ def evaluate_with_observations(
     first) as finished jobs, and predicts the remaining held-out rows. Returns
     ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
     """
-    from predictor.catalog import BenchmarkRow
-
     held = [r for r in table.rows if r.gpu_type == holdout_gpu]
     if not held:
         raise ValueError(f"no rows for {holdout_gpu!r}")

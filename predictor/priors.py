@@ -13,12 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from predictor.catalog import (
-    BenchmarkRow,
-    BenchmarkTable,
-    effective_tflops,
-    precision_class,
-)
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable, precision_class
+from predictor.catalog import effective_tflops
 from predictor.measurements import Measurement
 from predictor.roofline import Specs, blend_ratio, fit_alpha, fit_roofline, time_terms
 

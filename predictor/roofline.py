@@ -13,13 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from predictor.catalog import (
-    BenchmarkTable,
-    GpuSpec,
-    ModelSpec,
-    UnknownName,
-    effective_tflops,
-)
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import GpuSpec, ModelSpec, UnknownName, effective_tflops
 from predictor.measurements import Measurement
 
 log = logging.getLogger("predictor")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from cpn.adapters.prometheus import MetricsSource, Reading, Sample, _vector, read_error
 
 
@@ -30,13 +34,18 @@ def test_sample_older_than_the_newest_workload_is_ignored():
     assert source.cpu_util(1000.0, {"n1": 980.0}) == {"n2": 0.1}
 
 
-def test_unreachable_prometheus_is_not_fresh_and_says_why():
-    """After a failed read the source reports the error."""
+def test_unreachable_prometheus_is_not_fresh_and_says_why(caplog: pytest.LogCaptureFixture):
+    """After a failed read the source reports the error, and logs it once (not at every
+    refresh while it stays the same)."""
     source = MetricsSource("http://127.0.0.1:9", max_age_s=120, timeout_s=1)
-    reading = source.refresh()
+    with caplog.at_level(logging.WARNING, logger="cpn.adapters.prometheus"):
+        reading = source.refresh()
+        source.refresh()
     assert reading.ok is False and reading.error
     fresh, why = source.fresh(1000.0)
     assert fresh is False and why == reading.error
+    ours = [r.getMessage() for r in caplog.records if r.name == "cpn.adapters.prometheus"]
+    assert ours == [f"prometheus http://127.0.0.1:9 not read: {reading.error}"]
 
 
 def test_vector_parsing_skips_nan_and_unlabelled_rows():

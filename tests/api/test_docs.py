@@ -30,8 +30,9 @@ import pytest
 import yaml
 
 from cpn.api.aijob import parse_aijob
+from cpn.api.crdschema import load_crds
 from cpn.api.policy import parse_policy, parse_policy_configmap
-from cpn.api.validation import Validator, load_crds
+from cpn.api.validation import Validator
 from cpn.config import OperatorConfig
 from cpn.core.errors import CpnError
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from cpn.api import constants as k
+from cpn.api.documents import read_documents
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy_configmap
-from cpn.api.validation import read_documents
 from cpn.cli.validate import main as validate_main
 from cpn.config import OperatorConfig
 from testbed.bed import Testbed

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from cpn.api import validation
+from cpn.api.crdschema import CEL_RULES, cel_rules, load_crds
 from cpn.api.policy import parse_policy_configmap
-from cpn.api.validation import CEL_RULES, Validator, cel_rules, load_crds
+from cpn.api.validation import Validator
 from cpn.cli.main import main as cpn_main
 from cpn.cli.validate import main
 from cpn.core.errors import PolicyError

@@ -524,15 +524,18 @@ def test_a_victim_that_would_reserve_its_room_back_is_not_preempted(min_gpus: in
 def test_a_preempted_jobs_running_time_is_not_waiting():
     """aging.max_wait_s counts waiting only: a job submitted 10 h ago that ran 9 h of it
     has waited 1 h and takes no long-wait reservation (6 h) yet."""
-    from cpn.core.cycle import _Cycle
+    from cpn.core.capacity import Capacity
+    from cpn.core.quota import QuotaLedger
+    from cpn.core.reservations import Reservations
 
     policy = QueuePolicy(name="p", aging=Aging(max_wait_s=6 * 3600))
     ran = job("ran", gpus=4, attained_gpu_s=4 * 9 * 3600.0)
     fresh = job("waited", gpus=4)
     snap = snapshot(jobs=[ran, fresh], clusters=[], now_s=10 * 3600, policy=policy)
-    cycle = _Cycle(snap)
-    assert cycle._waited(ran) == pytest.approx(3600)
-    assert not cycle._reserves(ran) and cycle._reserves(fresh)
+    capacity, quota = Capacity.from_snapshot(snap), QuotaLedger(policy, ())
+    reservations = Reservations(snap, capacity, quota, cands_of=lambda _: [])
+    assert reservations.waited(ran) == pytest.approx(3600)
+    assert not reservations.reserves(ran) and reservations.reserves(fresh)
 
 
 def test_a_higher_priority_job_preempts_whatever_its_runtime():

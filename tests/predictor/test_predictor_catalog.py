@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from predictor import catalog
+from predictor.benchmarks import BenchmarkError, BenchmarkTable, throughput_ratio
 from predictor.catalog import (
-    BenchmarkError,
-    BenchmarkTable,
     UnknownName,
     canonical_gpu,
     canonical_model,
@@ -19,7 +18,6 @@ from predictor.catalog import (
     gpu_spec,
     model_key,
     model_spec,
-    throughput_ratio,
 )
 
 GAVEL_SRC = Path("/work/shared/data/gavel/gavel_isolated_throughputs.csv")

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable
 from predictor.catalog import (
-    BenchmarkRow,
-    BenchmarkTable,
     canonical_gpu,
     canonical_model,
     catalog_ratio,

@@ -11,7 +11,8 @@ import pytest
 
 from predictor.artifacts import load as artifact_load
 from predictor.artifacts import save as artifact_save
-from predictor.catalog import BenchmarkTable, catalog_ratio, gpu_spec
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import catalog_ratio, gpu_spec
 from predictor.evaluation import evaluate
 from predictor.features import FEATURES, SCHEMA_HASH, describe_job
 from predictor.measurements import Measurement, Query, measurements_from_table

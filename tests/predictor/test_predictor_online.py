@@ -13,7 +13,7 @@ import pytest
 
 from cpn.api.predictions import PredictorEstimator
 from cpn.core.model import Estimate, Job
-from predictor.catalog import BenchmarkTable
+from predictor.benchmarks import BenchmarkTable
 from predictor.history import History, HistoryRecord, measurements_from_history
 from predictor.jobs import JobFacts, Prediction
 from predictor.online import OnlinePredictor

@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from predictor.catalog import BenchmarkTable, effective_tflops, gpu_spec, model_spec
+from predictor.benchmarks import BenchmarkTable
+from predictor.catalog import effective_tflops, gpu_spec, model_spec
 from predictor.evaluation import holdout_predictions
 from predictor.measurements import Measurement, measurements_from_table
 from predictor.priors import Priors, _Target

@@ -213,3 +213,27 @@ def test_a_status_write_that_conflicts_is_written_whole_next_time(shell):
     assert hub.patches[0][2]["phase"] == k.PHASE_RUNNING
     assert hub.patches[0][2]["reason"] == "Running"
     assert record.written_sig is not None
+
+
+def test_etas_are_stated_through_the_calibrator_and_the_job_is_followed(shell):
+    """The queued job waits for the running one (predicted to end at 400): its written ETA
+    is the projection calibrated by what the queue learned (waits run twice as long), with
+    a range, and from then on the calibrator follows it."""
+    from cpn.core.eta_calibration import WaitCalibrator
+    from tests.builders import cluster, nodes
+
+    runtime, _, _, running = shell
+    running.phase, running.nodes, running.gpu_type = k.PHASE_RUNNING, ("m1-0",), "A100-80GB"
+    running.start_s, running.predicted_runtime_s = 100.0, 300.0
+    runtime.store.set_gpu_types(["A100-80GB"])
+    queued = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    busy = nodes("m1", 1, gpus=1, free=[0.0])
+    runtime.clusters_view = lambda: ([cluster("m1", busy)], {})  # type: ignore[method-assign]
+    runtime.calibrator = WaitCalibrator()
+    for _ in range(30):
+        runtime.calibrator.observe("default", projected_wait_s=600.0, actual_wait_s=1200.0)
+    asyncio.run(runtime.refresh_etas())
+    assert queued.eta_start_s == pytest.approx(100.0 + 2 * 300.0)
+    assert queued.eta_finish_s == pytest.approx(100.0 + 2 * 300.0 + 60.0)
+    assert None not in queued.eta_range
+    assert "ns/b" in runtime.calibrator

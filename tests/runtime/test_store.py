@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
 
 
-class FixedEstimator:
+class FixedEstimator(Estimator):
+    """60 s on every GPU type; learns nothing (the protocol's defaults)."""
+
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         return Estimate(runtime_s={t: 60.0 for t in gpu_types})
 
@@ -47,21 +50,25 @@ def test_records_are_found_by_uid_and_a_recreated_name_replaces_the_old_uid():
     assert store.by_uid("uid-2") is None and store.records == {}
 
 
-class LearningEstimator:
-    """Unseen (conservative 600 s) until it has retrained, then 60 s."""
+class LearningEstimator(Estimator):
+    """Unseen (conservative 600 s) until it has retrained (a new ``knowledge_version``),
+    then 60 s."""
 
     def __init__(self) -> None:
-        self.retrains = 0
+        self.version = 0
         self.calls = 0
 
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         self.calls += 1
-        if self.retrains:
+        if self.version:
             return Estimate(runtime_s={t: 60.0 for t in gpu_types})
         return Estimate(runtime_s={t: 600.0 for t in gpu_types}, unseen=True)
 
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
         return None
+
+    def knowledge_version(self) -> object:
+        return self.version
 
 
 def test_waiting_unseen_jobs_are_estimated_again_after_a_retrain_only():
@@ -75,7 +82,7 @@ def test_waiting_unseen_jobs_are_estimated_again_after_a_retrain_only():
     calls = estimator.calls
     store.snapshot(1.0, [], {})
     assert estimator.calls == calls  # nothing learned: nothing asked again
-    estimator.retrains = 1
+    estimator.version = 1
     snap = store.snapshot(2.0, [], {})
     assert snap.pending[0].estimate.runtime_s["A100-80GB"] == 60.0
     assert not snap.pending[0].estimate.unseen

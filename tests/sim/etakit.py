@@ -8,8 +8,10 @@ from simkit import clusters
 
 from cpn.core.presets import preset_policy
 from cpn.sim.estimators import NoisyEstimator, OracleEstimator
+from cpn.sim.jobs import truth_for
+from cpn.sim.records import SimResult
 from cpn.sim.trace import TraceJob
-from cpn.sim.world import SimResult, World, truth_for
+from cpn.sim.world import World
 
 
 def run_with_eta(

@@ -18,8 +18,8 @@ from cpn.sim.estimators import (
     UserEstimator,
     make_estimator,
 )
+from cpn.sim.jobs import truth_for
 from cpn.sim.speed import throughput_ratio
-from cpn.sim.world import truth_for
 
 GPUS = ("K80", "V100-16GB")
 REF = "V100-16GB"

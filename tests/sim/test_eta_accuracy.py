@@ -13,7 +13,8 @@ from cpn.core.eta import Projection, project
 from cpn.core.model import Snapshot
 from cpn.sim import eta_accuracy
 from cpn.sim.cli import main
-from cpn.sim.world import JobRecord, PlanFn, SimResult
+from cpn.sim.records import JobRecord, SimResult
+from cpn.sim.world import PlanFn
 
 # One 4-GPU V100 node: jobs of 1-4 GPUs queue behind one another; durations vary.
 TRACE = [

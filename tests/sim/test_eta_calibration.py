@@ -11,7 +11,7 @@ from simkit import DATA, tjob
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.sim import eta_accuracy
 from cpn.sim.cli import main
-from cpn.sim.world import SimResult
+from cpn.sim.records import SimResult
 
 PERIOD_S = 3000.0
 

@@ -13,7 +13,8 @@ from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
 from cpn.sim.estimators import DEFAULT_ESTIMATE_S, HistoryEstimator, OracleEstimator
-from cpn.sim.world import World, truth_for
+from cpn.sim.jobs import truth_for
+from cpn.sim.world import World
 
 POLICY = QueuePolicy(name="test")
 ONE_GPU = {"a": [(1, "V100", 1)]}

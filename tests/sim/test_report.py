@@ -10,7 +10,8 @@ from simkit import clusters, greedy_plan, no_transfer, tjob
 from cpn.core.policy import QueuePolicy
 from cpn.sim import report
 from cpn.sim.estimators import OracleEstimator
-from cpn.sim.world import World, truth_for
+from cpn.sim.jobs import truth_for
+from cpn.sim.world import World
 
 CONTRACT_KEYS = {
     "jobs",

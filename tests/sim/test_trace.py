@@ -10,7 +10,7 @@ from simkit import SHARED, SIM_DATA
 
 from cpn.core.errors import InvalidSpec
 from cpn.sim import trace
-from predictor import catalog
+from predictor import benchmarks
 
 HEADER = "job_id,submit_time_s,gpus,duration_s"
 PHILLY_VCS = ("11cb48", "6214e9", "6c71a0", "b436b2", "ee9e8c")
@@ -114,7 +114,7 @@ def test_gavel_converter_counts_and_known_row():
     assert (job.model, job.batch_size) == ("transformer", 128)
     assert job.steps == float(first[4]) and job.submit_s == float(first[5])
     assert job.gpus == float(first[6])
-    rate = catalog.BenchmarkTable.default().samples_per_s("transformer", "V100-16GB", 128, 1)
+    rate = benchmarks.BenchmarkTable.default().samples_per_s("transformer", "V100-16GB", 128, 1)
     assert rate is not None
     assert job.duration_s == pytest.approx(float(first[4]) / (rate / 128), rel=1e-6)
 
@@ -159,12 +159,12 @@ def test_generator_mix_draws_from_the_table_and_the_notes_models():
     """The job mix spans the benchmark table and includes the notes' three models."""
     models = {j.model for j in trace.generate(jobs=1500, seed=1)}
     assert {"resnet50", "yolov8m", "llama3-8b"} <= models
-    assert catalog.BenchmarkTable.default().models() <= models
+    assert benchmarks.BenchmarkTable.default().models() <= models
 
 
 def test_generator_durations_match_declared_work():
     """A synthetic job's duration is its declared work at the table's speed."""
-    table = catalog.BenchmarkTable.default()
+    table = benchmarks.BenchmarkTable.default()
     checked = 0
     for job in trace.generate(jobs=60, seed=2):
         assert job.dataset_samples is not None and job.epochs is not None

@@ -12,7 +12,8 @@ from cpn.core.estimator import Estimator
 from cpn.core.model import CyclePlan, Estimate, Hold, Job, Preempt, Snapshot, Start, WaitReason
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.sim.estimators import OracleEstimator
-from cpn.sim.world import InvalidPlan, World, truth_for, worker_shape
+from cpn.sim.jobs import truth_for, worker_shape
+from cpn.sim.world import InvalidPlan, World
 
 POLICY = QueuePolicy(name="test")
 

@@ -160,7 +160,7 @@ class Informer:
                 if err.status == 410:  # our version expired: re-list at once
                     continue
                 self._fail(f"HTTP {err.status}: {err.reason}")
-            except Exception as err:  # network errors of every kind: retry with backoff
+            except Exception as err:  # noqa: BLE001 - network errors of every kind: _fail logs, retry with backoff
                 self._fail(f"{type(err).__name__}: {err}")
             if not self._stop.is_set():
                 self._stop.wait(backoff)

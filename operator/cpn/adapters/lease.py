@@ -153,7 +153,7 @@ def acquire(lease: Lease, *, stop: threading.Event | None = None) -> bool:
                     "leader: holding lease %s/%s as %s", lease.namespace, lease.name, lease.identity
                 )
                 return True
-        except Exception as err:  # API unreachable: keep trying
+        except Exception as err:  # noqa: BLE001 - API unreachable in any way: logged, keep trying
             log.warning("lease %s: %s", lease.name, err)
         if not waiting_logged:
             log.info("standby: lease %s/%s is held by another replica", lease.namespace, lease.name)
@@ -189,7 +189,7 @@ class Renewer(threading.Thread):
                 log.error("lease %s taken by another replica", self.lease.name)
                 self._lose()
                 return
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - a failed renewal is logged; the watchdog steps down
                 log.warning("lease renewal failed: %s", err)
 
     def holding(self) -> bool:
@@ -240,7 +240,7 @@ def release() -> None:
     try:
         if _renewer.lease.release():
             log.info("lease %s released", _renewer.lease.name)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - best effort at exit: logged, the Lease expires
         log.warning("lease %s not released (it expires instead): %s", _renewer.lease.name, err)
 
 

@@ -83,7 +83,7 @@ class Prober(threading.Thread):
         except urllib3.exceptions.TimeoutError as err:  # connect or read: said the same way
             error = f"GET /readyz: no answer in {self.timeout_s:g}s ({type(err).__name__})"
             return Probe(False, sent, error)
-        except Exception as err:  # refused connections, TLS errors...
+        except Exception as err:  # noqa: BLE001 - refused, TLS...: a failed probe, reported
             return Probe(False, sent, f"GET /readyz: {error_line(err)}")
         if response.status == 200:
             return Probe(True, sent)

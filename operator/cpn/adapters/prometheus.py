@@ -105,9 +105,12 @@ class MetricsSource:
         try:
             cpu = _vector(self._prom.custom_query(CPU_QUERY), "instance")
             gpu = _vector(self._prom.custom_query(GPU_QUERY), "Hostname")
-        except Exception as err:  # unreachable, HTTP error, bad payload: all the same here
+        except Exception as err:  # noqa: BLE001 - unreachable, HTTP, payload: logged once
+            error = read_error(err, self.timeout_s)
+            if error != self.reading.error:  # each new failure once, not every refresh
+                log.warning("prometheus %s not read: %s", self.url, error)
             self.reading.ok = False
-            self.reading.error = read_error(err, self.timeout_s)
+            self.reading.error = error
             return self.reading
         self.reading = Reading(cpu=cpu, gpu=gpu, ok=True, read_at_s=time.time())
         return self.reading

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import reprlib
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -28,6 +27,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from cpn.api import constants as k
+from cpn.api.fields import FieldReader, describe_value, join, short_repr
 from cpn.core.errors import FieldError, InvalidSpec
 from cpn.core.model import Job, frozen_map
 from predictor.catalog import UnknownName, expand_gpu_types
@@ -101,9 +101,6 @@ _JSON_TYPES = {
     list: "array",
     type(None): "null",
 }
-_REPR = reprlib.Repr()
-_REPR.maxstring = 60
-_REPR.maxother = 60
 
 
 def job_key(body: Mapping[str, Any]) -> str:
@@ -119,37 +116,6 @@ def parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def short_repr(value: object) -> str:
-    """A bounded, ASCII-only repr: invisible and look-alike characters show as escapes."""
-    if isinstance(value, str):
-        text = value if len(value) <= 60 else value[:57] + "..."
-        return ascii(text)
-    return ascii(_REPR.repr(value))[1:-1]
-
-
-def describe_value(value: object) -> str:
-    """What a value is, for error messages: "an integer (5)", "a mapping"."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({short_repr(value)})"
-    if isinstance(value, float):
-        return f"a number ({short_repr(value)})"
-    if isinstance(value, str):
-        return f"a string ({short_repr(value)})"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if _KEY.fullmatch(key) else f"{path}[{json.dumps(key)}]"
-
-
 def _odd_character(text: str) -> str:
     """Why ``text`` is not plain ASCII ("" when it is)."""
     for index, char in enumerate(text):
@@ -158,27 +124,8 @@ def _odd_character(text: str) -> str:
     return ""
 
 
-class _Reader:
-    """Typed access to one body, collecting a FieldError for each bad field."""
-
-    def __init__(self) -> None:
-        self.errors: list[FieldError] = []
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append(FieldError(path, message))
-
-    def mapping(self, value: Any, path: str, known: tuple[str, ...] | None) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.error(path, f"expected a mapping, got {describe_value(value)}")
-            return {}
-        for key in value:
-            if not isinstance(key, str):
-                self.error(path, f"key {short_repr(key)} must be a string")
-            elif known is not None and key not in known:
-                self.error(_join(path, key), f"unknown field; known: {', '.join(known)}")
-        return value
+class _Reader(FieldReader):
+    """Typed access to one AIJob body, collecting a FieldError for each bad field."""
 
     def integer(self, value: Any, path: str, low: int, high: int, default: int) -> int:
         if value is None:
@@ -317,9 +264,7 @@ def _features(reader: _Reader, model: Mapping[str, Any]) -> dict[str, float]:
         reader.error("spec.model.features", f"at most {MAX_FEATURES} features, got {len(extra)}")
         return features
     for name, value in extra.items():
-        if not isinstance(name, str):
-            continue  # reported by mapping()
-        path = _join("spec.model.features", name)
+        path = join("spec.model.features", name)
         if len(name) > 63 or not _KEY.fullmatch(name):
             reader.error(path, "a feature name is letters, digits, '_' and '-' (at most 63)")
             continue
@@ -374,7 +319,7 @@ def _string_map(reader: _Reader, value: Any, path: str) -> None:
         if not isinstance(item, str):
             kind = _JSON_TYPES.get(type(item), type(item).__name__)
             reader.error(
-                _join(path, str(key)), f"must be a string, got {kind} {short_repr(item)} (quote it)"
+                join(path, str(key)), f"must be a string, got {kind} {short_repr(item)} (quote it)"
             )
 
 
@@ -389,13 +334,13 @@ def _member_limits(reader: _Reader, meta: Mapping[str, Any]) -> None:
         for key, value in items.items():
             if not _qualified_key(key):
                 reader.error(
-                    _join(path, str(key)),
+                    join(path, str(key)),
                     "not a valid key: [prefix/]name, name ≤ 63 letters, digits, '-', '_', '.'"
                     " (starting and ending with a letter or digit), prefix a DNS name",
                 )
             elif field == "labels" and isinstance(value, str) and not _LABEL_VALUE.fullmatch(value):
                 reader.error(
-                    _join(path, key),
+                    join(path, key),
                     f"{short_repr(value)} is not a label value (≤ 63 letters, digits, '-', "
                     "'_', '.', starting and ending with a letter or digit)",
                 )
@@ -430,7 +375,7 @@ def _per_gpu_type(reader: _Reader, raw: Any) -> None:
     Bad JSON or a wrong shape is ignored at dispatch (``cpn validate`` reports it); a huge
     or deeply nested value would stop the dispatch, so the job is refused here.
     """
-    path = _join("spec.template.metadata.annotations", k.ANNOTATION_PER_GPU_TYPE)
+    path = join("spec.template.metadata.annotations", k.ANNOTATION_PER_GPU_TYPE)
     if not isinstance(raw, str):
         return
     if len(raw) > MAX_ANNOTATION_BYTES:

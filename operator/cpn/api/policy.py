@@ -10,18 +10,17 @@ as a hint), so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from cpn.api.aijob import describe_value as _kind
-from cpn.api.aijob import short_repr as _short
+from cpn.api.fields import FieldReader, hint, join
+from cpn.api.fields import describe_value as _kind
+from cpn.api.fields import short_repr as _short
 from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
 from cpn.core.errors import FieldError, FormulaError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
@@ -67,21 +66,9 @@ class _Invalid(Exception):
 Parser = Callable[[Any], Any]
 
 
-def _join(path: str, key: str) -> str:
-    """``path.key``, or ``path["odd key"]`` when the key is not a plain word."""
-    if _PLAIN_KEY.fullmatch(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key)}]"
-
-
 def _num(value: float) -> str:
     """A bound as an admin would write it: 31622400, not 3.16224e+07."""
     return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
-
-
-def _hint(word: str, choices: Collection[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 # --- scalar parsers: each returns the value or raises _Invalid -----------------
@@ -168,8 +155,8 @@ def _ident(value: Any) -> str:
 def _choice(options: tuple[str, ...]) -> Parser:
     def parse(value: Any) -> str:
         if not isinstance(value, str) or value not in options:
-            hint = _hint(value, options) if isinstance(value, str) else ""
-            raise _Invalid(f"must be one of {', '.join(options)}; got {_kind(value)}{hint}")
+            near = hint(value, options) if isinstance(value, str) else ""
+            raise _Invalid(f"must be one of {', '.join(options)}; got {_kind(value)}{near}")
         return value
 
     return parse
@@ -294,34 +281,11 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
-class _Reader:
-    """Walks a document, collecting every FieldError instead of stopping at the first."""
+class _Reader(FieldReader):
+    """Walks a policy document, collecting every FieldError instead of stopping at the first."""
 
     def __init__(self) -> None:
-        self.errors: list[FieldError] = []
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append(FieldError(path, message))
-
-    def mapping(self, value: Any, path: str, known: Collection[str]) -> dict[str, Any]:
-        """The known keys of a mapping; report a wrong type, odd keys and unknown keys."""
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.error(path, f"expected a mapping, got {_kind(value)}")
-            return {}
-        found: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                self.error(path, f"key {_short(key)} must be a string")
-            elif key not in known:
-                self.error(
-                    _join(path, key),
-                    f"unknown key{_hint(key, known)}; known keys: {', '.join(known)}",
-                )
-            else:
-                found[key] = item
-        return found
+        super().__init__("key")
 
     def fields(
         self, section: Mapping[str, Any], path: str, parsers: Mapping[str, Parser]
@@ -333,7 +297,7 @@ class _Reader:
                 try:
                     parsed[key] = parse(section[key])
                 except _Invalid as invalid:
-                    self.error(_join(path, key) + invalid.at, str(invalid))
+                    self.error(join(path, key) + invalid.at, str(invalid))
         return parsed
 
     def section(self, value: Any, path: str, parsers: Mapping[str, Parser]) -> dict[str, Any]:
@@ -353,7 +317,7 @@ class _Reader:
             except _Invalid as invalid:
                 self.error(path, f"{what} name {_short(key)}: {invalid}")
                 continue
-            found.append((name, item, _join(path, name)))
+            found.append((name, item, join(path, name)))
         return found
 
     def table(self, value: Any, path: str, what: str, parse: Parser) -> dict[str, Any]:
@@ -443,7 +407,7 @@ def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
 
 def _limit(reader: _Reader, section: Mapping[str, Any], path: str) -> Limit:
     fields = reader.fields(section, path, _LIMIT)
-    per_type = _per_type(reader, section.get("per_type"), _join(path, "per_type"))
+    per_type = _per_type(reader, section.get("per_type"), join(path, "per_type"))
     return Limit(gpus=fields.get("gpus"), per_type=per_type)
 
 
@@ -452,14 +416,14 @@ def _check_within(reader: _Reader, inner: Limit, outer: Limit, path: str) -> Non
     why = "(the group's quota is the ceiling)"
     if inner.gpus is not None and outer.gpus is not None and inner.gpus > outer.gpus:
         reader.error(
-            _join(path, "gpus"),
+            join(path, "gpus"),
             f"{_num(inner.gpus)} GPUs exceeds the group's {_num(outer.gpus)} {why}",
         )
     for gpu_type, gpus in inner.per_type.items():
         ceiling = outer.per_type.get(gpu_type, outer.gpus)
         if ceiling is not None and gpus > ceiling:
             reader.error(
-                _join(_join(path, "per_type"), gpu_type),
+                join(join(path, "per_type"), gpu_type),
                 f"{_num(gpus)} {gpu_type} GPUs exceeds the group's {_num(ceiling)} {why}",
             )
 
@@ -468,13 +432,13 @@ def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
     section = reader.mapping(value, path, _GROUP_KEYS)
     limit = _limit(reader, section, path)
     users: dict[str, Limit] = {}
-    users_path = _join(path, "users")
+    users_path = join(path, "users")
     for user, item, user_path in reader.entries(section.get("users"), users_path, "user"):
         users[user] = _limit(reader, reader.mapping(item, user_path, _LIMIT_KEYS), user_path)
         _check_within(reader, users[user], limit, user_path)
     default_user = None
     if section.get("default_user") is not None:
-        default_path = _join(path, "default_user")
+        default_path = join(path, "default_user")
         default_section = reader.mapping(section["default_user"], default_path, _LIMIT_KEYS)
         default_user = _limit(reader, default_section, default_path)
         _check_within(reader, default_user, limit, default_path)
@@ -578,7 +542,7 @@ def parse_policy_configmap(manifest: Mapping[str, Any]) -> QueuePolicy:
     if not isinstance(text, str):
         found = ", ".join(map(str, data)) if isinstance(data, Mapping) else _kind(data)
         message = f"missing or not a string (data holds: {found or 'nothing'})"
-        errors.append(FieldError(_join("data", CONFIGMAP_KEY), message))
+        errors.append(FieldError(join("data", CONFIGMAP_KEY), message))
     if errors or not isinstance(text, str) or not isinstance(version, str):
         raise PolicyError(errors)
     return parse_policy(text, version=version)

@@ -8,10 +8,9 @@ way the hub would check it:
 - ``AIJob`` and ``MemberCluster`` (``cpn.io``): first the CRD's structural
   schema from ``crds/`` (required fields, types, bounds, enums, lengths,
   unknown fields as ``kubectl apply``'s strict field validation refuses them,
-  nulls pruned as the API server prunes them), then the CEL rules of the CRD,
-  which are implemented here by hand (:data:`CEL_RULES`; a rule without a
-  hand implementation is reported on standard error, and a test keeps the two
-  in step). An AIJob the schema accepts then goes through
+  nulls pruned as the API server prunes them), then the CEL rules of the CRD
+  (both in :mod:`cpn.api.crdschema`; a rule without a hand implementation is
+  reported on standard error). An AIJob the schema accepts then goes through
   :func:`cpn.api.aijob.parse_aijob`, the operator's own reader, with a
   placeholder user and group (the operator takes them from the namespace), and
   through the checks the member cluster would make later on its pod template
@@ -23,8 +22,7 @@ way the hub would check it:
 - ``List``: each item.
 - Anything else is reported as an unknown kind (``--ignore-unknown`` skips it).
 
-YAML is read with the loader of :mod:`cpn.api.yamlsafe` (no aliases, tags or
-duplicate keys; YAML 1.2 scalars), one document at a time. An AIJob or
+YAML is read as :mod:`cpn.api.documents` reads it. An AIJob or
 MemberCluster is then seen as kubectl sends it: kubectl reads YAML 1.1, so a
 plain ``yes``/``no``/``on``/``off`` is a boolean there (a policy stays YAML 1.2:
 the operator reads it with the same loader). Each problem is one
@@ -33,24 +31,31 @@ the operator reads it with the same loader). Each problem is one
 
 from __future__ import annotations
 
-import difflib
 import json
-import math
-import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import ScalarNode
 
 from cpn.api import constants as k
 from cpn.api.aijob import parse_aijob
+from cpn.api.crdschema import (
+    CrdVersion,
+    SchemaChecker,
+    check_metadata,
+    kubectl_booleans,
+    prune_nulls,
+    short,
+    string_map,
+    type_name,
+)
+from cpn.api.documents import Document, Json, line_of, read_documents
+from cpn.api.fields import join
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
-from cpn.api.yamlsafe import StrictLoader, YamlError
+from cpn.api.yamlsafe import YamlError
 from cpn.core.errors import InvalidSpec, PolicyError
 from predictor.catalog import UnknownName as UnknownGpu
 from predictor.catalog import canonical_gpu, gpu_types
@@ -60,17 +65,7 @@ from predictor.catalog import canonical_gpu, gpu_types
 MAX_FILE_BYTES = 16 * 1024 * 1024
 PLACEHOLDER_USER = "cpn-validate"
 PLACEHOLDER_GROUP = "cpn-validate"
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _OURS = ("AIJob", "MemberCluster")
-# kubectl reads manifests as YAML 1.1, where these plain scalars are booleans (cpn reads 1.2).
-_YAML11_BOOL = re.compile(
-    r"(?:y|Y|yes|Yes|YES|on|On|ON|true|True|TRUE)|(?P<false>n|N|no|No|NO|off|Off|OFF|false|False|FALSE)"
-)
-
-Json = Any
-Schema = Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,336 +82,6 @@ class Problem:
         where = f"{self.source}:{self.line}" if self.line else self.source
         parts = [where, self.document, self.path, self.message]
         return ": ".join(p for p in parts if p)
-
-
-def join(path: str, key: str) -> str:
-    """``path.key``, or ``path["odd.key"]`` when the key is not a plain word (as policy paths)."""
-    if _PLAIN_KEY.fullmatch(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key)}]"
-
-
-# --- reading ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Document:
-    """One YAML document of a file: its value and the line of every field path in it."""
-
-    index: int  # 1-based
-    line: int  # 1-based line where it starts
-    value: Json
-    lines: Mapping[str, int]
-    nodes: Mapping[str, Node]
-
-
-def _index_nodes(
-    node: Node, path: str, line: int, lines: dict[str, int], nodes: dict[str, Node]
-) -> None:
-    """Record each path's node, and its line: a mapping entry's key line, a list item's own."""
-    nodes[path] = node
-    lines[path] = line
-    if isinstance(node, MappingNode):
-        for key_node, value_node in node.value:
-            if isinstance(key_node, ScalarNode):
-                child = join(path, str(key_node.value))
-                _index_nodes(value_node, child, key_node.start_mark.line + 1, lines, nodes)
-    elif isinstance(node, SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_nodes(item, f"{path}[{i}]", item.start_mark.line + 1, lines, nodes)
-
-
-def read_documents(text: str) -> Iterator[Document]:
-    """Every non-empty document of ``text``, read safely; raises YamlError where it stops."""
-    loader = StrictLoader(text)
-    index = 0
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            index += 1
-            if node is None:
-                continue
-            value = loader.construct_document(node)
-            if value is None:
-                continue
-            lines: dict[str, int] = {}
-            nodes: dict[str, Node] = {}
-            _index_nodes(node, "", node.start_mark.line + 1, lines, nodes)
-            yield Document(index=index, line=lines[""], value=value, lines=lines, nodes=nodes)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        message = " ".join(part for part in (error.context, error.problem) if part)
-        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
-        raise YamlError(message, line=line, column=column) from None
-    except yaml.YAMLError as error:
-        raise YamlError(str(error)) from None
-    finally:
-        loader.dispose()
-
-
-# --- the CRDs' structural schemas -------------------------------------------------------
-
-
-def _cel_share_needs_one_gpu(spec: Mapping[str, Any]) -> bool:
-    resources_ = spec.get("resources") or {}
-    return (
-        "gpuShare" not in resources_ or resources_["gpuShare"] >= 1.0 or resources_.get("gpus") == 1
-    )
-
-
-def _cel_data_size_needs_cluster(spec: Mapping[str, Any]) -> bool:
-    data = spec.get("data")
-    return (
-        not isinstance(data, Mapping)
-        or "sizeGB" not in data
-        or data["sizeGB"] == 0
-        or "cluster" in data
-    )
-
-
-def _cel_interval_needs_checkpoint(spec: Mapping[str, Any]) -> bool:
-    return "checkpointIntervalSeconds" not in spec or spec.get("checkpoint") is True
-
-
-_RULE_SHARE = (
-    "!has(self.resources.gpuShare) || self.resources.gpuShare >= 1.0 || self.resources.gpus == 1"
-)
-_RULE_DATA = (
-    "!has(self.data) || !has(self.data.sizeGB) || self.data.sizeGB == 0.0 || has(self.data.cluster)"
-)
-#: The CRDs' CEL rules (``x-kubernetes-validations``), written by hand in Python, keyed by the
-#: rule's exact text: ``self`` is the object at the rule's schema node, already schema-valid.
-CEL_RULES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {
-    _RULE_SHARE: _cel_share_needs_one_gpu,
-    _RULE_DATA: _cel_data_size_needs_cluster,
-    "!has(self.checkpointIntervalSeconds) || self.checkpoint": _cel_interval_needs_checkpoint,
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CrdVersion:
-    """One served version of a CRD: what identifies its objects, and its schema."""
-
-    group: str
-    version: str
-    kind: str
-    namespaced: bool
-    schema: Schema
-
-
-def crd_dir() -> Path | None:
-    """Where the CRDs are: packaged beside cpn (``cpn/crds``) or the checkout's ``crds/``."""
-    packaged = resources.files("cpn") / "crds"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    checkout = Path(__file__).resolve().parents[3] / "crds"
-    return checkout if checkout.is_dir() else None
-
-
-def load_crds(directory: Path) -> dict[tuple[str, str], CrdVersion]:
-    """``(apiVersion, kind) -> CrdVersion`` for every served version of every CRD file."""
-    found: dict[tuple[str, str], CrdVersion] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        for doc in read_documents(path.read_text()):
-            crd = doc.value
-            if not isinstance(crd, Mapping) or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            spec = crd["spec"]
-            for version in spec["versions"]:
-                if not version.get("served", True):
-                    continue
-                entry = CrdVersion(
-                    group=spec["group"],
-                    version=version["name"],
-                    kind=spec["names"]["kind"],
-                    namespaced=spec.get("scope") == "Namespaced",
-                    schema=version["schema"]["openAPIV3Schema"],
-                )
-                found[(f"{entry.group}/{entry.version}", entry.kind)] = entry
-    return found
-
-
-def cel_rules(schema: Schema) -> Iterator[str]:
-    """Every CEL rule text in a schema."""
-    for rule in schema.get("x-kubernetes-validations") or ():
-        yield str(rule["rule"])
-    for child in (schema.get("properties") or {}).values():
-        yield from cel_rules(child)
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), Mapping):
-            yield from cel_rules(schema[key])
-
-
-def prune_nulls(value: Json) -> Json:
-    """Drop null fields from mappings, as the API server prunes them (nullable is never set)."""
-    if isinstance(value, Mapping):
-        return {key: prune_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [prune_nulls(item) for item in value]
-    return value
-
-
-def kubectl_booleans(value: Json, nodes: Mapping[str, Node], path: str) -> Json:
-    """``value`` as kubectl reads it: plain (unquoted) YAML 1.1 booleans become booleans."""
-    if isinstance(value, Mapping):
-        return {
-            key: kubectl_booleans(item, nodes, join(path, str(key))) for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [kubectl_booleans(item, nodes, f"{path}[{i}]") for i, item in enumerate(value)]
-    node = nodes.get(path)
-    if isinstance(value, str) and isinstance(node, ScalarNode) and node.style is None:
-        match = _YAML11_BOOL.fullmatch(value)
-        if match:
-            return match.group("false") is None
-    return value
-
-
-def _type_name(value: Json) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
-def _has_type(value: Json, wanted: str) -> bool:
-    actual = _type_name(value)
-    if wanted == "integer" and actual == "number":
-        return math.isfinite(value) and float(value).is_integer()  # the API server takes 2.0
-    return actual == wanted or (wanted == "number" and actual == "integer")
-
-
-def _fmt(value: float) -> str:
-    if isinstance(value, int) and abs(value) >= 10**16:  # float() of it may overflow
-        return f"an integer of {value.bit_length()} bits"
-    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
-
-
-class SchemaChecker:
-    """Walks an object against a Kubernetes structural schema, collecting (path, message)."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-        self.unchecked_rules: set[str] = set()
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append((path, message))
-
-    def check(self, value: Json, schema: Schema, path: str) -> None:
-        if schema.get("x-kubernetes-int-or-string"):
-            if _type_name(value) not in {"integer", "string"}:
-                self.error(path, f"must be an integer or a string, got {_type_name(value)}")
-            elif isinstance(value, str):
-                self._string(value, schema, path)
-            return
-        wanted = schema.get("type")
-        if wanted and not _has_type(value, wanted):
-            message = f"must be of type {wanted}, got {_type_name(value)} {_short(value)}"
-            if isinstance(value, bool) and wanted == "string":
-                message += " (kubectl reads a plain yes/no/on/off as a boolean: quote it)"
-            self.error(path, message)
-            return
-        if isinstance(value, float) and not math.isfinite(value):
-            self.error(path, f"must be a finite number, got {value}")
-            return
-        if "enum" in schema and value not in schema["enum"]:
-            choices = ", ".join(json.dumps(c) for c in schema["enum"])
-            self.error(path, f"unsupported value {json.dumps(value)}: supported values: {choices}")
-        if isinstance(value, bool):
-            return
-        if isinstance(value, int | float):
-            self._number(value, schema, path)
-        elif isinstance(value, str):
-            self._string(value, schema, path)
-        elif isinstance(value, list):
-            self._array(value, schema, path)
-        elif isinstance(value, Mapping):
-            self._object(value, schema, path)
-
-    def _number(self, value: float, schema: Schema, path: str) -> None:
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if low is not None:
-            if schema.get("exclusiveMinimum") and value <= low:
-                self.error(path, f"must be greater than {_fmt(low)}, got {_fmt(value)}")
-            elif value < low:
-                self.error(path, f"must be at least {_fmt(low)}, got {_fmt(value)}")
-        if high is not None:
-            if schema.get("exclusiveMaximum") and value >= high:
-                self.error(path, f"must be less than {_fmt(high)}, got {_fmt(value)}")
-            elif value > high:
-                self.error(path, f"must be at most {_fmt(high)}, got {_fmt(value)}")
-
-    def _string(self, value: str, schema: Schema, path: str) -> None:
-        limit = schema.get("maxLength")
-        if limit is not None and len(value) > limit:
-            self.error(path, f"may not be longer than {limit} characters, got {len(value)}")
-        least = schema.get("minLength")
-        if least is not None and len(value) < least:
-            self.error(path, f"must be at least {least} characters long")
-
-    def _array(self, value: list[Json], schema: Schema, path: str) -> None:
-        limit = schema.get("maxItems")
-        if limit is not None and len(value) > limit:
-            self.error(path, f"must have at most {limit} items, got {len(value)}")
-        items = schema.get("items")
-        if isinstance(items, Mapping):
-            for i, item in enumerate(value):
-                self.check(item, items, f"{path}[{i}]")
-
-    def _object(self, value: Mapping[str, Json], schema: Schema, path: str) -> None:
-        limit = schema.get("maxProperties")
-        if limit is not None and len(value) > limit:
-            self.error(path, f"must have at most {limit} fields, got {len(value)}")
-        for name in schema.get("required") or ():
-            if name not in value:
-                self.error(join(path, name), "required value")
-        properties = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        open_ = schema.get("x-kubernetes-preserve-unknown-fields") or extra is True
-        for key, item in value.items():
-            if not isinstance(key, str):
-                self.error(path, f"field names must be strings, got {_short(key)}")
-            elif key in properties:
-                self.check(item, properties[key], join(path, key))
-            elif isinstance(extra, Mapping):
-                self.check(item, extra, join(path, key))
-            elif not open_:
-                hint = _hint(key, properties)
-                self.error(join(path, key), f"unknown field{hint}")
-
-    def rules(self, value: Json, schema: Schema, path: str) -> None:
-        """The CEL rules, evaluated once the object is structurally valid."""
-        if not isinstance(value, Mapping):
-            return
-        for rule in schema.get("x-kubernetes-validations") or ():
-            text = str(rule["rule"])
-            implementation = CEL_RULES.get(text)
-            if implementation is None:
-                self.unchecked_rules.add(text)
-            elif not implementation(value):
-                self.error(path, str(rule.get("message") or f"failed rule: {text}"))
-        for key, child in (schema.get("properties") or {}).items():
-            if key in value:
-                self.rules(value[key], child, join(path, key))
-
-
-def _short(value: Json) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _hint(word: str, choices: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # --- documents --------------------------------------------------------------------------
@@ -541,7 +206,7 @@ class Validator:
         if crd is None:
             served = sorted(v for (v, k_), _ in self.crds.items() if k_ == kind)
             message = (
-                f"unknown apiVersion {_short(api_version)} for {kind}; served: {', '.join(served)}"
+                f"unknown apiVersion {short(api_version)} for {kind}; served: {', '.join(served)}"
                 if served
                 else f"no CRD for {kind} found (see --crds)"
             )
@@ -551,7 +216,7 @@ class Validator:
         pruned = prune_nulls({key: v for key, v in as_kubectl.items() if key != "status"})
         checker = SchemaChecker()
         # ObjectMeta is the API server's own: its checks, not the CRD's `metadata: {type: object}`.
-        self._metadata(checker, pruned.get("metadata"), crd.namespaced)
+        check_metadata(checker, pruned.get("metadata"), crd.namespaced)
         rest = {key: v for key, v in pruned.items() if key != "metadata"}
         checker.check(rest, crd.schema, "")
         if not checker.errors:
@@ -564,31 +229,6 @@ class Validator:
         for path, message in aijob_meaning(pruned):
             self._add(doc, source, label, _rebase(base, path), message)
 
-    def _metadata(self, checker: SchemaChecker, meta: Json, namespaced: bool) -> None:
-        """What the API server checks of ObjectMeta on create."""
-        if not isinstance(meta, Mapping):
-            checker.error("metadata", "required value (at least metadata.name)")
-            return
-        name = meta.get("name")
-        if name is None and not meta.get("generateName"):
-            checker.error("metadata.name", "required value")
-        elif name is not None and (
-            not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)
-        ):
-            checker.error(
-                "metadata.name",
-                f"{_short(name)} is not a lowercase DNS subdomain (a-z, 0-9, '-', '.'; "
-                "at most 253 characters)",
-            )
-        namespace = meta.get("namespace")
-        if namespace is not None:
-            if not namespaced:
-                checker.error("metadata.namespace", "this kind is cluster-scoped: no namespace")
-            elif not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-                checker.error("metadata.namespace", f"{_short(namespace)} is not a DNS label")
-        for field in ("labels", "annotations"):
-            _string_map(checker, meta.get(field), f"metadata.{field}")
-
     def _policy_configmap(
         self, doc: Document, source: str, label: str, base: str, obj: Mapping[str, Json]
     ) -> None:
@@ -596,7 +236,7 @@ class Validator:
         # The envelope first (the API server's checks), so that every error of the reader
         # below is a path inside the policy document.
         envelope = SchemaChecker()
-        _string_map(envelope, obj["data"], "data")
+        string_map(envelope, obj["data"], "data")
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version is not None and not isinstance(version, str):
             envelope.error("metadata.resourceVersion", "must be a string")
@@ -626,7 +266,7 @@ class Validator:
         self.problems.append(
             Problem(
                 source=source,
-                line=line or _line_of(doc.lines, path) or doc.line,
+                line=line or line_of(doc.lines, path) or doc.line,
                 document=label,
                 path=path,
                 message=message,
@@ -646,16 +286,6 @@ def _rebase(base: str, path: str) -> str:
     return f"{base}{path}" if path.startswith("[") else f"{base}.{path}"
 
 
-def _line_of(lines: Mapping[str, int], path: str) -> int:
-    """The line of ``path`` or of its nearest ancestor that is in the document."""
-    while path:
-        if path in lines:
-            return lines[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return 0
-
-
 def _inner_lines(doc: Document, key_path: str) -> dict[str, int]:
     """Lines of the fields of a policy embedded as a literal block (``policy.yaml: |``)."""
     node = doc.nodes.get(key_path)
@@ -669,20 +299,6 @@ def _inner_lines(doc: Document, key_path: str) -> dict[str, int]:
         return {}
     offset = node.start_mark.line + 1  # the text starts on the line after the '|'
     return {path: line + offset for path, line in inner[0].lines.items()}
-
-
-def _string_map(checker: SchemaChecker, value: Json, path: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        checker.error(path, f"must be a mapping of strings, got {_type_name(value)}")
-        return
-    for key, item in value.items():
-        if not isinstance(item, str):
-            checker.error(
-                join(path, str(key)),
-                f"must be a string, got {_type_name(item)} {_short(item)} (quote it)",
-            )
 
 
 # --- AIJob meaning ----------------------------------------------------------------------
@@ -701,10 +317,10 @@ def aijob_meaning(body: Mapping[str, Json]) -> list[tuple[str, str]]:
     checker = SchemaChecker()
     meta = template.get("metadata")
     if meta is not None and not isinstance(meta, Mapping):
-        checker.error("spec.template.metadata", f"must be a mapping, got {_type_name(meta)}")
+        checker.error("spec.template.metadata", f"must be a mapping, got {type_name(meta)}")
         meta = None
     for field in ("labels", "annotations"):
-        _string_map(checker, (meta or {}).get(field), f"spec.template.metadata.{field}")
+        string_map(checker, (meta or {}).get(field), f"spec.template.metadata.{field}")
     annotations = (meta or {}).get("annotations")
     if isinstance(annotations, Mapping) and isinstance(
         annotations.get(k.ANNOTATION_PER_GPU_TYPE), str
@@ -718,7 +334,7 @@ def aijob_meaning(body: Mapping[str, Json]) -> list[tuple[str, str]]:
         for i, container in enumerate(containers):
             where = f"spec.template.spec.containers[{i}]"
             if not isinstance(container, Mapping):
-                checker.error(where, f"must be a mapping, got {_type_name(container)}")
+                checker.error(where, f"must be a mapping, got {type_name(container)}")
                 continue
             for field in ("name", "image"):
                 if not isinstance(container.get(field), str) or not container[field]:

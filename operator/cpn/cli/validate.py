@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpn.api.validation import Validator, crd_dir, load_crds
+from cpn.api.crdschema import crd_dir, load_crds
+from cpn.api.validation import Validator
 from cpn.api.yamlsafe import YamlError
 
 

@@ -227,8 +227,9 @@ class _Focus:
         order = np.flatnonzero(eligible)
         if len(order) <= max(_HEAD, _MIN_FOCUS):
             return self._whole(run, base, alive)
-        # Draining jobs (cycle._draining: waited drain_after_s and drain_ratio x the mean wait of
-        # the whole queue) claim room: they join the focus, whose own mean must agree on them.
+        # Draining jobs (Reservations._draining: waited drain_after_s and drain_ratio x the
+        # mean wait of the whole queue) claim room: they join the focus, whose own mean must
+        # agree on them.
         after = res.drain_after_s
         old = np.zeros(len(self.jobs), dtype=bool)
         draining = old
@@ -257,7 +258,7 @@ class _Focus:
                 worthy |= waited >= max_wait
             claims = (self.gpus >= res.min_gpus) if res.claim_big else np.zeros_like(worthy)
             holders = eligible & (draining | worthy & (claims | ~fits[self.class_of]))
-        # Possible holders in the order cycle._reserve_ahead tries them; it stops at
+        # Possible holders in the order Reservations.reserve_ahead tries them; it stops at
         # max_reservations, so those after the first few matter only when these reserve less.
         ranked = np.flatnonzero(holders)
         ranked = ranked[
@@ -386,7 +387,7 @@ class _Focus:
 
 
 def _mean_wait(jobs: Sequence[Job], rows: npt.NDArray[np.int64], now_s: float) -> float:
-    """The mean wait cycle._draining reads, over ``jobs[rows]`` summed in that order."""
+    """The mean wait Reservations._draining reads, over ``jobs[rows]`` summed in that order."""
     total: float = sum(max(0.0, now_s - jobs[i].submit_s) for i in rows)
     return total / len(rows)
 
@@ -413,7 +414,8 @@ def project(
     with arrivals the projection stops once the snapshot's pending jobs (or the
     ``until`` ones) have their starts.
     """
-    from cpn.core.cycle import STRICT_ORDERINGS, plan_cycle
+    from cpn.core.cycle import plan_cycle
+    from cpn.core.queue import STRICT_ORDERINGS
 
     run = plan or plan_cycle
     policy = snapshot.policy

@@ -325,7 +325,8 @@ class WaitCalibrator:
             if seen is None or job is None:
                 continue
             out[key] = self.state(job.queue, seen, now_s)
-            self.projected(key, job.queue, now_s, seen.start_s)
+            if key not in self._jobs:  # a followed one recorded this start above
+                self.projected(key, job.queue, now_s, seen.start_s)
         return out
 
     def calibrate(self, queue: str, projected_wait_s: float, now_s: float | None = None) -> float:

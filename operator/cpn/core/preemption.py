@@ -1,19 +1,28 @@
-"""What a preemption costs: the arithmetic the cycle prices and the simulator charges.
+"""Preemption: whom the cycle stops for a blocked job, and what that costs.
+
+:func:`choose_preemptions` picks the victims for the blocked jobs of the window.
 
 A job that checkpoints every ``interval`` seconds of compute keeps, when stopped after
 ``elapsed`` seconds of compute, the work up to its last checkpoint
 (:func:`saved_s`) and loses the rest; resuming costs a restart overhead on top
 (:func:`preemption_cost_gpu_s`). The cycle preempts only when the waiting job ranks
-above its victim by more than this cost (see :meth:`cpn.core.cycle._Cycle._preempt`),
+above its victim by more than this cost (:func:`choose_preemptions`),
 and the simulator charges exactly this, so both agree on what a preemption wastes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 
-from cpn.core.model import Running
+from cpn.core import reasons
+from cpn.core.capacity import Capacity, GroupKey
+from cpn.core.model import Preempt, Running, Snapshot
 from cpn.core.policy import Preemption
+from cpn.core.queue import Ranked, effective_priority, order_jobs, runtime_for_order
+from cpn.core.quota import QuotaLedger
+from cpn.core.reservations import Reservations
 
 
 def saved_s(elapsed_s: float, interval_s: float) -> float:
@@ -36,3 +45,132 @@ def preemption_cost_gpu_s(item: Running, now_s: float, policy: Preemption) -> fl
     elapsed = max(0.0, now_s - item.start_s)
     lost = elapsed - saved_s(elapsed, interval_of(item, policy))
     return item.job.gpus * (lost + policy.restart_cost_s)
+
+
+def choose_preemptions(
+    snapshot: Snapshot,
+    ranked: Sequence[Ranked],
+    *,
+    started: Collection[str],
+    milp_held: Collection[str],
+    capacity: Capacity,
+    quota: QuotaLedger,
+    reservations: Reservations,
+) -> tuple[Preempt, ...]:
+    """Running jobs to stop for blocked jobs of the window that rank above them by more
+    than the preemption costs (:func:`preemption_cost_gpu_s` under the formula).
+
+    Only checkpointing jobs that ran ``min_run_s`` and would take no reservation once
+    requeued are victims; ``capacity`` is taken for each job a preemption is made for.
+    """
+    policy = snapshot.policy
+    blocked = [r for r in ranked[: policy.placement.window] if r.job.key not in started]
+    if not blocked or not snapshot.running:
+        return ()
+    now = snapshot.now_s
+    running_jobs = [
+        replace(r.job, attained_gpu_s=r.job.attained_gpu_s + r.job.gpus * (now - r.start_s))
+        for r in snapshot.running
+    ]
+    types = capacity.gpu_types()
+    combined = order_jobs([*running_jobs, *(r.job for r in blocked)], snapshot, types)
+    rank_of = {r.job.key: (r.level, -r.score) for r in combined}
+    remaining = {r.job.key: runtime_for_order(r.job, types) for r in combined}
+    prio = {r.job.key: effective_priority(r.job, policy) for r in combined}
+    rules = policy.preemption
+    gap = rules.min_priority_gap
+    # Under the formula, scores are GPU-seconds: a victim must rank below by more
+    # than the GPU-seconds its preemption wastes (see cpn.core.preemption).
+    priced = policy.ordering == "cpn"
+    cost = {
+        r.job.key: preemption_cost_gpu_s(r, now, rules) if priced else 0.0 for r in snapshot.running
+    }
+    # A victim that would hold a reservation once requeued (big, long-waiting or
+    # draining) would claim its room straight back: never preempted.
+    movable = {
+        r.job.key
+        for r, served in zip(snapshot.running, running_jobs, strict=True)
+        if r.job.checkpoint
+        and now - r.start_s >= rules.min_run_s
+        and not reservations.reserves(served)
+    }
+    victims_taken: set[str] = set()
+    out: list[Preempt] = []
+    by_key = {r.job.key: r for r in snapshot.running}
+    above: list[Ranked] = []  # blocked jobs ranked above, no preemption made for them
+    for item in blocked:
+        if quota.exceeds(item.job) or item.job.key in milp_held:
+            continue  # it would not start on freed room either: a preemption for nothing
+        above.append(item)
+        mine = rank_of[item.job.key]
+        pool = sorted(
+            (
+                r
+                for r in snapshot.running
+                if r.job.key in movable
+                and r.job.key not in victims_taken
+                and rank_of[r.job.key][0] >= mine[0]
+                and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
+                and (
+                    not priced
+                    or rank_of[r.job.key][0] > mine[0]  # a lower level: rank decides
+                    or prio[r.job.key] < prio[item.job.key]  # lower priority: rank decides
+                    or remaining[r.job.key] >= rules.shorter_by * remaining[item.job.key]
+                )
+            ),
+            key=lambda r: (rank_of[r.job.key], r.job.key),
+            reverse=True,
+        )
+        cands = {c.key: c for c in reservations.cands_of(item.job)}
+        for key in sorted({(r.cluster, r.gpu_type) for r in pool}):
+            if key not in cands or quota.exceeds(item.job, key[1]):
+                continue
+            # Where another job holds a reservation, freed room goes to that job in the
+            # next cycle (a reservation due now moves to room free now): no preemption.
+            if any(r.key == key and r.job_key != item.job.key for r in reservations.held):
+                continue
+            held = reservations.excluded(item.job, cands[key])
+            chosen: list[str] = []
+            for victim in (r for r in pool if (r.cluster, r.gpu_type) == key):
+                if held.intersection(victim.nodes):
+                    continue
+                capacity.release(victim.cluster, victim.nodes, victim.job)
+                chosen.append(victim.job.key)
+                if capacity.fit(item.job, key, held) is not None:
+                    break
+            if (
+                chosen
+                and capacity.fit(item.job, key, held) is not None
+                and not _taken_from_above(above[:-1], key, capacity, reservations)
+            ):
+                nodes = capacity.fit(item.job, key, held)
+                assert nodes is not None
+                capacity.take(item.job, key, nodes)
+                above.pop()
+                for victim_key in chosen:
+                    victims_taken.add(victim_key)
+                    out.append(
+                        Preempt(
+                            job_key=victim_key,
+                            for_key=item.job.key,
+                            reason=reasons.preempted_for(item.job.key),
+                        )
+                    )
+                break
+            for victim_key in chosen:
+                victim = by_key[victim_key]
+                capacity.take(victim.job, (victim.cluster, victim.gpu_type), victim.nodes)
+    return tuple(out)
+
+
+def _taken_from_above(
+    above: Sequence[Ranked], key: GroupKey, capacity: Capacity, reservations: Reservations
+) -> bool:
+    """True if a blocked job ranked above would take room freed in ``key`` first: the
+    next cycle gives it the room, so a preemption made for a lower job would serve a
+    job that could not justify it (and be repeated, cycle after cycle)."""
+    for item in above:
+        cand = next((c for c in reservations.cands_of(item.job) if c.key == key), None)
+        if cand is not None and capacity.fit(item.job, key, reservations.excluded(item.job, cand)):
+            return True
+    return False

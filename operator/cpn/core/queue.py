@@ -26,6 +26,9 @@ from cpn.core.model import Job, Running, Snapshot
 from cpn.core.policy import Level, QueuePolicy
 from cpn.core.runtime_law import conditional_median_s, sigma_of
 
+#: Orderings under which a job that does not fit blocks every job behind it.
+STRICT_ORDERINGS = frozenset({"fifo"})
+
 #: Tiresias-style discretised LAS: attained GPU-seconds thresholds between queues.
 LAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0, 36000.0)
 

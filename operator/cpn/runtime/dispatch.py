@@ -242,7 +242,7 @@ class Dispatching(HubWatch):
             if not self.leadership.leading():
                 raise RuntimeError("this replica is no longer the leader")
             uid = await self.call(member.create_job, manifest)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any create failure requeues; logged
             if superseded():
                 return  # nothing of ours exists
             self.observer.dispatch_failed(member.name)

@@ -215,7 +215,7 @@ class HubWatch(Membership):
             saved = self._last_good
             try:
                 await self.call(self.hub.save_last_good, self.config.namespace, name, *saved)
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - hub unreachable in any way: logged
                 log.warning("last good policy not saved in %s: %s", name, describe(err))
                 return
             log.info("policy version %s saved as the last good one (%s)", saved[1], name)
@@ -229,7 +229,7 @@ class HubWatch(Membership):
             if saved is None:
                 raise LookupError(f"there is no {name}")
             policy = parse_policy(saved.text, version=saved.version)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - unreadable in any way: logged, defaults
             message = (
                 f"the policy ConfigMap {why} and no last good policy could be read "
                 f"({describe(err)}): scheduling with the built-in defaults"

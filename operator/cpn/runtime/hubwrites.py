@@ -88,7 +88,7 @@ class HubWrites(RuntimeState):
             record.written, record.written_sig = {}, None
             if err.status != 404:
                 log.warning("status of %s not written: %s", record.key, err)
-        except Exception as err:  # the hub is unreachable: the next cycle writes it again
+        except Exception as err:  # noqa: BLE001 - hub unreachable: logged, rewritten next cycle
             record.written, record.written_sig = {}, None
             log.warning("status of %s not written: %s", record.key, err)
 
@@ -229,7 +229,7 @@ class HubWrites(RuntimeState):
         self._member_written[key] = comparable
         try:
             await self.call(self.hub.patch_member_status, name, status)
-        except Exception as err:  # CallFailed or the hub unreachable: retried next cycle
+        except Exception as err:  # noqa: BLE001 - CallFailed or unreachable: logged, retried
             self._member_written.pop(key, None)
             log.warning("status of member %s not written: %s", name, err)
 

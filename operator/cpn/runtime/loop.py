@@ -151,18 +151,16 @@ class Loop(Dispatching):
         started = self.clock.monotonic()
         projection = await asyncio.to_thread(project, snapshot)
         self._eta_wall_s = self.clock.monotonic() - started
-        now = snapshot.now_s
-        pending = [(r, projection.get(r.key)) for r in self.store.pending()]
-        for record, found in pending:  # all first: then one factor per queue
-            if found is not None and record.job is not None:
-                self.calibrator.projected(record.key, record.job.queue, now, found.start_s)
-        for record, found in pending:
-            if found is None or record.job is None:
+        records = self.store.pending()
+        jobs = {r.key: r.job for r in records if r.job is not None}
+        told = self.calibrator.tell(projection, jobs, snapshot.now_s, jobs)
+        for record in records:
+            found = told.get(record.key)
+            if found is None:
                 record.eta_start_s = record.eta_finish_s = None
                 continue
-            told = self.calibrator.state(record.job.queue, found, now)
-            record.eta_start_s, record.eta_finish_s = told.start_s, told.end_s
-            record.eta_range = (told.start_low_s, told.start_high_s)
+            record.eta_start_s, record.eta_finish_s = found.start_s, found.end_s
+            record.eta_range = (found.start_low_s, found.start_high_s)
         await self.write_all()
 
 

@@ -153,5 +153,5 @@ class RuntimeState:
 def quiet(fn: Callable[..., None], *args: Any) -> None:
     try:
         fn(*args)
-    except Exception as err:  # best effort; the sweep retries
+    except Exception as err:  # noqa: BLE001 - best effort, the sweep retries; logged
         log.warning("cleanup call failed: %s", err)

@@ -135,7 +135,7 @@ class Store:
         self.policy = policy
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
-        self._estimator_version = getattr(estimator, "retrains", 0)
+        self._estimator_version = estimator.knowledge_version()
 
     def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
         """Add or refresh a record from the AIJob object (restoring state from its status)."""
@@ -214,10 +214,11 @@ class Store:
         return replace(job, estimate=estimate)
 
     def refresh_unseen(self) -> int:
-        """After the predictor has retrained, estimate again the waiting jobs whose model it
-        had not seen (their conservative first estimate is what learning improves most);
-        returns how many. Others keep theirs until their spec or the GPU types change."""
-        version = getattr(self.estimator, "retrains", 0)
+        """After the estimator's knowledge changed (the predictor retrained:
+        ``Estimator.knowledge_version``), estimate again the waiting jobs whose model it had
+        not seen (their conservative first estimate is what learning improves most); returns
+        how many. Others keep theirs until their spec or the GPU types change."""
+        version = self.estimator.knowledge_version()
         if version == self._estimator_version:
             return 0
         self._estimator_version = version

@@ -124,9 +124,9 @@ def _simulate(argv: Sequence[str]) -> int:
     args = _main_parser().parse_args(list(argv))
     from cpn.sim import report
     from cpn.sim.clusters import read_clusters
+    from cpn.sim.records import SimResult
     from cpn.sim.runner import DEFAULT_ETA_MAX_CYCLES, resolve_policy, simulate
     from cpn.sim.trace import read_trace
-    from cpn.sim.world import SimResult
 
     try:
         trace = read_trace(args.trace)

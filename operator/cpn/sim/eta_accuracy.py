@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
+from cpn.sim.records import JobRecord, SimResult
 from cpn.sim.report import percentile
-from cpn.sim.world import JobRecord, SimResult
 
 #: Jobs that waited at most this long are left out (issue 6: "waited more than ten minutes").
 MIN_WAIT_S = 600.0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cpn.core.policy import QueuePolicy
-from cpn.sim.world import JobRecord, SimResult
+from cpn.sim.records import JobRecord, SimResult
 
 METRIC_KEYS = (
     "jobs",

@@ -8,8 +8,10 @@ from pathlib import Path
 from cpn.core.policy import QueuePolicy
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.estimators import make_estimator
+from cpn.sim.jobs import truth_for
+from cpn.sim.records import SimResult
 from cpn.sim.trace import TraceJob
-from cpn.sim.world import PlanFn, SimResult, World, truth_for
+from cpn.sim.world import PlanFn, World
 
 #: Cycle interval used for preemptive policies when none is given (seconds).
 DEFAULT_TICK_S = 300.0

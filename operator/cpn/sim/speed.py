@@ -44,15 +44,15 @@ def canonical_model(name: str) -> str:
 def throughput_ratio(model: str, batch_size: int | None, src: str, dst: str, gpus: int) -> float:
     """How many times faster ``dst`` runs the job than ``src`` (runtime_dst = runtime_src / ratio).
 
-    Delegates to :func:`predictor.catalog.throughput_ratio`; a non-positive or
+    Delegates to :func:`predictor.benchmarks.throughput_ratio`; a non-positive or
     failed answer (a model the catalog cannot rate) counts as equal speed.
     """
     if src == dst:
         return 1.0
-    from predictor import catalog
+    from predictor import benchmarks
 
     try:
-        ratio = float(catalog.throughput_ratio(model, batch_size, src, dst, gpus=gpus))
+        ratio = float(benchmarks.throughput_ratio(model, batch_size, src, dst, gpus=gpus))
     except ValueError:
         return 1.0
     return ratio if ratio > 0 else 1.0

@@ -315,9 +315,9 @@ def steps_per_s(model: str, batch_size: int | None, gpu_type: str, gpus: int) ->
     one sample per step). Counts the table lacks scale linearly from the nearest
     measured count (measured: 1, 2, 4 and 8 GPUs). KeyError when unrated.
     """
-    from predictor import catalog
+    from predictor import benchmarks
 
-    rate = catalog.BenchmarkTable.default().samples_per_s(
+    rate = benchmarks.BenchmarkTable.default().samples_per_s(
         model, gpu_type, batch_size=batch_size or 1, gpus=gpus
     )
     if rate is None or rate <= 0:
@@ -439,9 +439,9 @@ class JobKind:
 def job_mix(reference_gpu: str) -> list[JobKind]:
     """The synthetic job mix: every (model, batch size) the benchmark table measured on
     one reference GPU, plus :data:`NOTE_MODELS` (rated from FLOPs when unmeasured)."""
-    from predictor import catalog
+    from predictor import benchmarks, catalog
 
-    table = catalog.BenchmarkTable.default()
+    table = benchmarks.BenchmarkTable.default()
     reference = speed.canonical_gpu(reference_gpu)
     pairs = sorted({(r.model, r.batch_size) for r in table.rows if r.gpus == 1})
     kinds: list[JobKind] = []
@@ -526,9 +526,9 @@ def generate(
 
 def _speedup(kind: JobKind, reference: str, gpus: int) -> float:
     """Speed-up of ``gpus`` reference GPUs over one, from the table (linear when unrated)."""
-    from predictor import catalog
+    from predictor import benchmarks
 
-    many = catalog.BenchmarkTable.default().samples_per_s(
+    many = benchmarks.BenchmarkTable.default().samples_per_s(
         kind.model, reference, batch_size=kind.batch_size, gpus=gpus
     )
     if many is None or many <= 0:

@@ -16,23 +16,25 @@ date incrementally.
 from __future__ import annotations
 
 import heapq
-import random
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
-from cpn.core.capacity import Capacity, Slot, worker_gpus
+from cpn.core.capacity import worker_gpus
 from cpn.core.check import check_plan
 from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
-from cpn.core.model import Cluster, CyclePlan, Job, Node, Running, Snapshot, Start
+from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
 from cpn.sim.clusters import ClusterSet
+from cpn.sim.fleet import Fleet
+from cpn.sim.jobs import scheduler_job, truth_for
+from cpn.sim.records import JobRecord, SimResult
 from cpn.sim.speed import TrueRuntime
+from cpn.sim.staleness import Staleness
 from cpn.sim.trace import TraceJob
 
 PlanFn = Callable[[Snapshot], CyclePlan]
@@ -43,88 +45,12 @@ ProjectFn = Callable[..., Mapping[str, Projection]]
 ETA_ARRIVAL_REPEATS = 10
 TransferFn = Callable[[Job, str, Snapshot], float | None]
 
-_EPS = 1e-9
-#: What a job declares about its work (hidden from the scheduler when ``unlabelled``).
-_DESCRIBED = ("batch_size", "epochs", "dataset_samples", "steps", "data_gb")
-
-
-def draw(seed: int, what: str, key: str) -> float:
-    """A uniform number in [0, 1) fixed by (seed, what, key): the same in every run."""
-    return random.Random(f"{seed}:{what}:{key}").random()
-
-
 # Event kinds, in the order they are handled within one instant.
 _COMPLETE, _ARRIVE, _WAKE, _TICK = 0, 1, 2, 3
 
 
 class InvalidPlan(CpnError):
     """A plan the world cannot carry out (a scheduler bug): over capacity, unknown job, ..."""
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What happened to one job (mutable while the simulation runs)."""
-
-    job_id: str
-    submit_s: float
-    gpus: float
-    duration_s: float
-    model: str = ""
-    user: str = ""
-    group: str = ""
-    infeasible: bool = False
-    first_start_s: float | None = None
-    finish_s: float | None = None
-    run_s: float = 0.0  # time holding GPUs (transfer and restart included)
-    gpu_s: float = 0.0  # GPU-seconds held
-    preemptions: int = 0
-    lost_gpu_s: float = 0.0  # GPU-seconds preemptions threw away (restart + work since checkpoint)
-    cluster: str = ""
-    gpu_type: str = ""
-    runtime_s: float = 0.0  # true runtime on the GPU type it finished on
-    estimate_s: float | None = None  # predicted runtime on that GPU type at its last start
-    # First ETA (``World(eta=True)``): the projection made right after the job arrived.
-    eta_at_s: float | None = None  # when it was projected (None: never projected)
-    eta_start_s: float | None = None  # projected start (None: not reached within the bound)
-    eta_end_s: float | None = None  # projected end
-    # eta_at_s + the projected wait calibrated from experience up to eta_at_s
-    # (cpn.core.eta_calibration.WaitCalibrator, the operator's): the ETA a user is shown.
-    eta_cal_start_s: float | None = None
-    # the calibrated start's p20-p80 range (None until the calibrator followed enough jobs)
-    eta_low_s: float | None = None
-    eta_high_s: float | None = None
-
-    @property
-    def jct_s(self) -> float | None:
-        """Completion time minus submit time (None while unfinished)."""
-        return None if self.finish_s is None else self.finish_s - self.submit_s
-
-    @property
-    def wait_s(self) -> float | None:
-        """Time spent pending (JCT minus time holding GPUs; None while unfinished)."""
-        jct = self.jct_s
-        return None if jct is None else max(0.0, jct - self.run_s)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimResult:
-    """The outcome of one run: a record per job and the cluster's time series."""
-
-    policy: str
-    estimator: str
-    records: tuple[JobRecord, ...]
-    total_gpus: int
-    times_s: tuple[float, ...]
-    busy_gpus: tuple[float, ...]
-    queue_len: tuple[int, ...]
-    cycles: int
-    wall_s: float
-    plan_wall_s: float
-    preemptions: int
-    skipped_cycles: int = 0  # cycles skipped because no start was possible
-    eta_calls: int = 0  # projections made (``World(eta=True)``)
-    eta_wall_s: float = 0.0  # time spent in them
-    eta_max_cycles: int = 0  # the bound each projection ran under (0: ETAs off)
 
 
 @dataclass(slots=True)
@@ -136,52 +62,10 @@ class _State:
     remaining: float = 1.0  # fraction of the work still to do
     token: int = 0  # bumped at each start/preempt; stale completion events are ignored
     running: Running | None = None
-    node_keys: tuple[tuple[str, str], ...] = ()
     compute_start_s: float = 0.0  # when useful work began in this attempt
     full_runtime_s: float = 0.0  # true runtime of the whole job on this attempt's GPU type
     predicted_offset_s: float = 0.0  # predicted transfer + restart of this attempt
     predicted_remaining: float = 1.0  # fraction of the work left when this attempt started
-
-
-class _NodeState:
-    """One node: its free resources live in the world's core :class:`Capacity` (``slot``);
-    its frozen :class:`Node` is rebuilt only when dirty."""
-
-    __slots__ = ("base", "slot", "value")
-
-    def __init__(self, node: Node, slot: Slot) -> None:
-        self.base = node
-        self.slot = slot
-        self.value: Node | None = None
-
-    def node(self) -> Node:
-        if self.value is None:
-            base, slot = self.base, self.slot
-            util = (1.0 - slot.free_cpu / base.cpu) if base.cpu > 0 else None
-            self.value = replace(
-                base,
-                free_gpus=max(0.0, slot.free_gpus),
-                free_cpu=max(0.0, slot.free_cpu),
-                free_memory_gib=max(0.0, slot.free_memory_gib),
-                cpu_util=util,
-            )
-        return self.value
-
-
-def worker_shape(gpus: float, max_node_gpus: int) -> tuple[int, int, float]:
-    """(gpus_per_worker, workers, gpu_share) for a job asking ``gpus`` GPUs in total.
-
-    A fraction of one GPU is a shared GPU; otherwise gpus_per_worker is the largest
-    divisor of ``gpus`` that fits the largest node, and workers = gpus / that.
-    """
-    if gpus < 1:
-        return 1, 1, gpus
-    total = int(gpus)
-    largest = max(1, max_node_gpus)
-    for per in range(min(total, largest), 0, -1):
-        if total % per == 0:
-            return per, total // per, 1.0
-    return 1, total, 1.0  # pragma: no cover - per=1 always divides
 
 
 def _default_plan() -> PlanFn:
@@ -299,22 +183,7 @@ class World:
         self.total_gpus = clusters.total_gpus
         self.truth = truth or truth_for(trace, clusters.reference_gpu)
 
-        self._cluster_names = tuple(c.name for c in clusters.clusters)
-        self._cluster_meta = {c.name: c for c in clusters.clusters}
-        # Node accounting and "does it ever fit" are core's (cpn.core.capacity).
-        empty = Snapshot(now_s=0.0, policy=policy, clusters=tuple(clusters.clusters))
-        self._capacity = Capacity.from_snapshot(empty)
-        self._nodes: dict[tuple[str, str], _NodeState] = {}
-        self._cluster_nodes: dict[str, list[_NodeState]] = {}
-        for cluster in clusters.clusters:
-            states = [
-                _NodeState(n, self._capacity.slot(cluster.name, n.name)) for n in cluster.nodes
-            ]
-            self._cluster_nodes[cluster.name] = states
-            for state in states:
-                self._nodes[(cluster.name, state.base.name)] = state
-        self._cluster_values: dict[str, Cluster] = {}
-        self._max_node_gpus = max((n.gpus for c in clusters.clusters for n in c.nodes), default=0)
+        self._fleet = Fleet(clusters.clusters, policy)
 
         self._trace = sorted(trace, key=lambda j: j.submit_s)
         self._check_trace()
@@ -350,65 +219,22 @@ class World:
         self._eta_calls = 0
         self._eta_wall_s = 0.0
         self.calibrator = WaitCalibrator(eta_calibration)
-        # Re-estimation of waiting jobs (refresh_estimates). Learning is counted in
-        # observations; each job remembers the count its estimate was made at.
+        # Re-estimation of waiting jobs (refresh_estimates).
         self.reestimate = reestimate and estimator.learns
         self.reestimates = 0  # estimate() calls made for jobs already estimated
         self.reestimate_wall_s = 0.0  # time spent making them
-        self._learned = 0  # observations so far
-        self._learned_by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
-        self._learned_all = 0  # count when the estimator's knowledge version last changed
-        self._version = estimator.knowledge_version()
-        self._refreshed_at = 0  # count at the last refresh
-        self._estimated_at: dict[str, int] = {}  # job key -> count its estimate was made at
+        self._staleness = Staleness(estimator)
 
     # ------------------------------------------------------------------ setup
 
     def _check_trace(self) -> None:
-        names = set(self._cluster_names)
+        names = set(self._fleet.names)
         for job in self._trace:
             if job.data_cluster is not None and job.data_cluster not in names:
                 raise InvalidSpec(
                     [FieldError("data_cluster", f"unknown cluster {job.data_cluster!r}")],
                     where=f"job {job.job_id}",
                 )
-
-    def _make_job(self, trace: TraceJob) -> Job:
-        per, workers, share = worker_shape(trace.gpus, self._max_node_gpus)
-        features: dict[str, float] = {"gpus": float(trace.gpus)}
-        described = ("data_gb",) if self.unlabelled else _DESCRIBED
-        for name in described:
-            value = getattr(trace, name)
-            if value is not None:
-                features[name] = float(value)
-        checkpoint = trace.checkpoint
-        if checkpoint is None:
-            checkpoint = draw(self.seed, "checkpoint", trace.job_id) < self.checkpointable
-        return Job(
-            key=trace.job_id,
-            submit_s=trace.submit_s,
-            gpus_per_worker=per,
-            workers=workers,
-            gpu_share=share,
-            gpu_memory_gib=trace.gpu_memory_gib or 0.0,
-            cpu=(trace.cpu or 0.0) / workers,
-            memory_gib=(trace.memory_gib or 0.0) / workers,
-            user=trace.user,
-            group=trace.group,
-            priority=trace.priority,
-            model="" if self.unlabelled else trace.model,
-            features=MappingProxyType(features),
-            data_cluster=trace.data_cluster,
-            data_gb=trace.data_gb or 0.0,
-            image_gb=trace.image_gb or 0.0,
-            user_estimate_s=None if self.unlabelled else trace.user_estimate_s,
-            checkpoint=checkpoint,
-        )
-
-    def _fits_somewhere(self, job: Job) -> bool:
-        """Whether ``job`` fits one (cluster, GPU type) of empty nodes it may run on."""
-        capacity = self._capacity
-        return any(job.allows(key[1]) and capacity.ever_fits(job, key) for key in capacity.groups)
 
     # ------------------------------------------------------------------ events
 
@@ -470,7 +296,13 @@ class World:
         self._queue.append(len(self._pending))
 
     def _arrive(self, trace: TraceJob) -> None:
-        job = self._make_job(trace)
+        job = scheduler_job(
+            trace,
+            max_node_gpus=self._fleet.max_node_gpus,
+            unlabelled=self.unlabelled,
+            seed=self.seed,
+            checkpointable=self.checkpointable,
+        )
         record = JobRecord(
             job_id=trace.job_id,
             submit_s=trace.submit_s,
@@ -481,11 +313,11 @@ class World:
             group=trace.group,
         )
         self._records.append(record)
-        if not self._fits_somewhere(job):
+        if not self._fleet.fits_somewhere(job):
             record.infeasible = True
             return
         job = replace(job, estimate=self.estimator.estimate(job, self.gpu_types))
-        self._estimated_at[job.key] = self._learned
+        self._staleness.estimated(job.key)
         self._states[job.key] = _State(job=job, record=record)
         self._enqueue(job)
         if self.eta:
@@ -501,34 +333,12 @@ class World:
         Waiting jobs get the new estimate; running jobs too, with their predicted end
         recomputed from it (what the scheduler believes about when their room frees).
 
-        What the estimator learns from a finished job is taken to change only the
-        estimates of jobs of the same model or the same user; anything wider (the
-        predictor retraining) changes its knowledge version (``Estimator.knowledge_version``),
-        and every waiting job is then re-estimated. A job is re-estimated only when
-        something of that kind was learned after its estimate was made, so a job whose
-        model nobody ran meanwhile is never asked twice. The estimates are asked for in
-        one batch (``Estimator.estimate_many``).
+        Which jobs, :class:`~cpn.sim.staleness.Staleness` says: those of a model or user
+        the estimator observed since their estimate, or all when it retrained. The
+        estimates are asked for in one batch (``Estimator.estimate_many``).
         """
-        version = self.estimator.knowledge_version()
-        if version != self._version:
-            self._version = version
-            self._learned += 1  # a change with no observation of its own (a thread retrained)
-            self._learned_all = self._learned
-        if self._learned == self._refreshed_at:
-            return 0
-        self._refreshed_at = self._learned
-        stamps, by, every = self._estimated_at, self._learned_by, self._learned_all
-
-        def is_stale(job: Job) -> bool:
-            stamp = stamps[job.key]
-            return (
-                stamp < every
-                or stamp < by.get(("m", job.model), -1)
-                or bool(job.user and stamp < by.get(("u", job.user), -1))
-            )
-
-        stale = [job for job in self._pending.values() if is_stale(job)]
-        stale += [r.job for r in self._running.values() if is_stale(r.job)]
+        waiting = self._pending.values()
+        stale = self._staleness.stale([*waiting, *(r.job for r in self._running.values())])
         if not stale:
             return 0
         started = time.perf_counter()
@@ -536,7 +346,7 @@ class World:
         self.reestimate_wall_s += time.perf_counter() - started
         self.reestimates += len(stale)
         for job, estimate in zip(stale, estimates, strict=True):
-            stamps[job.key] = self._learned
+            self._staleness.estimated(job.key)
             if estimate == job.estimate:
                 continue
             new = replace(job, estimate=estimate)
@@ -569,10 +379,8 @@ class World:
             return True
         if self.policy.preemption.enabled and any(r.job.checkpoint for r in self._running.values()):
             return True  # a preemption may be possible
-        smallest = min(self._needs)
-        for state in self._nodes.values():
-            if state.slot.free_gpus + _EPS >= smallest and state.base.schedulable:
-                return True
+        if self._fleet.has_room(min(self._needs)):
+            return True
         self._skipped += 1
         return False
 
@@ -585,20 +393,9 @@ class World:
             policy=self.policy,
             pending=tuple(self._pending.values()),
             running=tuple(self._running.values()),
-            clusters=self._cluster_tuple(),
+            clusters=self._fleet.clusters(),
             bandwidth_gbps=self.clusters.bandwidth_gbps,
         )
-
-    def _cluster_tuple(self) -> tuple[Cluster, ...]:
-        out = []
-        for name in self._cluster_names:
-            value = self._cluster_values.get(name)
-            if value is None:
-                nodes = tuple(state.node() for state in self._cluster_nodes[name])
-                value = replace(self._cluster_meta[name], nodes=nodes)
-                self._cluster_values[name] = value
-            out.append(value)
-        return tuple(out)
 
     def _cycle(self) -> None:
         snapshot = self.snapshot()
@@ -666,14 +463,10 @@ class World:
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
         job = self._pending[key]
-        node_keys = tuple((cluster, name) for name in nodes)
-        self._capacity.take(job, (cluster, gpu_type), nodes)
+        self._fleet.take(job, cluster, gpu_type, nodes)
         transfer_s = self.transfer(job, cluster, snapshot)
         if transfer_s is None:
             raise InvalidPlan(f"job {key!r}: its data cannot reach cluster {cluster!r}")
-        for node_key in node_keys:
-            self._nodes[node_key].value = None
-        self._cluster_values.pop(cluster, None)
 
         state = self._states[key]
         record = state.record
@@ -681,7 +474,6 @@ class World:
         full = self.truth.runtime_s(key, gpu_type)
         now = self.now_s
         state.token += 1
-        state.node_keys = node_keys
         state.full_runtime_s = full
         state.compute_start_s = now + transfer_s + restart_s
         true_end = state.compute_start_s + full * state.remaining
@@ -717,17 +509,13 @@ class World:
         running = state.running
         assert running is not None
         job = state.job
-        self._capacity.release(running.cluster, running.nodes, job)
-        for node_key in state.node_keys:
-            self._nodes[node_key].value = None
-        self._cluster_values.pop(running.cluster, None)
+        self._fleet.release(job, running.cluster, running.nodes)
         del self._running[job.key]
         self._busy_gpus -= job.gpus
         held = self.now_s - running.start_s
         state.record.run_s += held
         state.record.gpu_s += held * job.gpus
         state.running = None
-        state.node_keys = ()
         return held
 
     def _complete(self, key: str, token: int) -> int:
@@ -742,15 +530,8 @@ class World:
         record.runtime_s = state.full_runtime_s
         self.estimator.observe(state.job, gpu_type, state.full_runtime_s)
         if self.reestimate:
-            self._learned += 1
-            self._learned_by[("m", state.job.model)] = self._learned
-            if state.job.user:
-                self._learned_by[("u", state.job.user)] = self._learned
-            version = self.estimator.knowledge_version()
-            if version != self._version:  # it retrained: every estimate may change
-                self._version = version
-                self._learned_all = self._learned
-        self._estimated_at.pop(key, None)
+            self._staleness.observed(state.job)
+        self._staleness.forget(key)
         return 1
 
     def _preempt(self, key: str) -> None:
@@ -769,18 +550,3 @@ class World:
         job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
         state.job = job
         self._enqueue(job)
-
-
-def truth_for(trace: Iterable[TraceJob], reference_gpu: str) -> TrueRuntime:
-    """The ground truth of ``trace``: each job's runtime per GPU type."""
-    truth = TrueRuntime(reference_gpu)
-    for job in trace:
-        truth.add(
-            job.job_id,
-            duration_s=job.duration_s,
-            gpu_type=job.gpu_type,
-            model=job.model,
-            batch_size=job.batch_size,
-            gpus=job.gpus,
-        )
-    return truth

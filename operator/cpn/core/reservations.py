@@ -1,0 +1,329 @@
+"""Reservations: room held for blocked big or long-waiting jobs, and backfill around it.
+
+A blocked job that is big (``reservation.min_gpus``), has waited ``aging.max_wait_s``
+or drains (waited ``drain_after_s`` and ``drain_ratio`` times the mean wait of the
+pending jobs) may reserve the earliest instant and place it fits as running jobs end
+(:meth:`Reservations.reserve`, :meth:`Reservations.reserve_ahead`). Other jobs of the
+cycle keep clear of reserved nodes unless they end before the reservation starts
+(backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
+every reservation they touch keeps its start, there or moved to other room (backfill by
+resource, :meth:`Reservations.fit_beside`).
+
+One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
+capacity and quota ledgers with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from cpn.core import reasons
+from cpn.core.capacity import Capacity, GroupKey, Shape, shape
+from cpn.core.model import Hold, Job, Snapshot
+from cpn.core.placement import Candidate
+from cpn.core.queue import STRICT_ORDERINGS, Ranked
+from cpn.core.quota import QuotaLedger
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """Room held for a blocked job from ``start_s`` on ``nodes`` of ``key``."""
+
+    job: Job
+    key: GroupKey
+    nodes: frozenset[str]
+    start_s: float
+
+    @property
+    def job_key(self) -> str:
+        return self.job.key
+
+
+class Reservations:
+    """The reservations of one cycle, in ``held``; ``position`` is each job's rank."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        capacity: Capacity,
+        quota: QuotaLedger,
+        cands_of: Callable[[Job], list[Candidate]],
+    ) -> None:
+        self.policy = snapshot.policy
+        self.now = snapshot.now_s
+        self.capacity = capacity
+        self.quota = quota
+        self.cands_of = cands_of
+        self._pending = snapshot.pending
+        self.held: list[Reserved] = []
+        self.position: dict[str, int] = {}
+        self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
+
+    def _in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
+        """Reservations of ``cand``'s group that a start of ``job`` there could delay.
+
+        Under a strict order a reservation does not hold room against jobs ranked
+        above its holder: they block it anyway, so holding it would only idle it.
+        """
+        # Backfill must end before the reservation starts even if it runs long: judged
+        # on the estimate's high quantile, not its median (conservative backfilling).
+        high = job.estimate.high_s.get(cand.key[1], cand.runtime_s)
+        end = self.now + cand.transfer_s + max(cand.runtime_s, high)
+        strict = self.policy.ordering in STRICT_ORDERINGS
+        mine = self.position.get(job.key, 0)
+        return [
+            res
+            for res in self.held
+            if res.key == cand.key
+            and res.job_key != job.key
+            and (end > res.start_s or not self.policy.reservation.backfill)
+            and not (strict and mine < self.position.get(res.job_key, 0))
+        ]
+
+    def excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
+        """Nodes of ``cand`` this job may not use because a reservation holds them."""
+        return frozenset().union(*(res.nodes for res in self._in_the_way(job, cand)))
+
+    def _moved(
+        self, res: Reserved, others: Sequence[Reserved], *, free_now: bool = False
+    ) -> Reserved | None:
+        """Room for ``res``'s job by its reserved start: ``res`` itself while its nodes
+        still do, else (due now) other room no reservation in ``others`` holds; else None.
+
+        With ``free_now`` only room free now counts.
+        """
+        job = res.job
+        own = frozenset(s.name for s in self.capacity.groups[res.key]) - res.nodes
+        options = [(res.key, own)]
+        # Only a reservation due now moves (its room is held past a predicted end, and so
+        # may any room it could move to); one due later keeps its nodes, so no later
+        # cycle finds them taken until after its start.
+        for cand in self.cands_of(job) if res.start_s <= self.now else ():
+            if not self.quota.exceeds(job, cand.key[1]):
+                taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
+                options.append((cand.key, taken))
+        for index, (key, exclude) in enumerate(options):
+            if free_now:
+                nodes = self.capacity.fit(job, key, exclude)
+                found = None if nodes is None else (self.now, nodes)
+            else:
+                found = self.capacity.earliest_fit(job, key, self.now, exclude=exclude)
+            if found is not None and found[0] <= res.start_s + 1e-9:
+                if index == 0:
+                    return res
+                return Reserved(job=job, key=key, nodes=frozenset(found[1]), start_s=found[0])
+        return None
+
+    def fit_beside(self, job: Job, cand: Candidate) -> tuple[str, ...] | None:
+        """Room on reserved nodes that their reservations can do without (backfill by resource).
+
+        A reservation holds whole nodes against :meth:`excluded`; here ``job`` may
+        still start there if every reservation it touches keeps its start, on its
+        nodes or moved to other room (a reservation that could start now on room free
+        now must still find room free now: room of a job past its predicted end
+        frees "now" only on paper). Tried on one reserved node at a time, then on all.
+        """
+        in_way = self._in_the_way(job, cand)
+        if not in_way or not self.policy.reservation.backfill:
+            return None
+        # Capacity only shrinks in the walk: a shape that found no room beside some
+        # reservations finds none later beside them or more, until reservations move.
+        failed = self._beside_failed.setdefault((shape(job), cand.key), [])
+        ways = frozenset(r.job_key for r in in_way)
+        if any(f <= ways for f in failed):
+            return None
+        if self.capacity.fit(job, cand.key) is None:
+            return None
+        held = frozenset().union(*(r.nodes for r in in_way))
+        tried: set[tuple[str, ...]] = set()
+        for allowed in [*sorted(held), ""]:
+            nodes = self.capacity.fit(job, cand.key, held - {allowed} if allowed else frozenset())
+            if nodes is None or nodes in tried:
+                continue
+            tried.add(nodes)
+            kept = self._kept_beside(job, cand, nodes, in_way)
+            if kept is not None:
+                self.held = kept
+                self._beside_failed.clear()  # reservations moved
+                return nodes
+        failed.append(ways)
+        return None
+
+    def _kept_beside(
+        self, job: Job, cand: Candidate, nodes: tuple[str, ...], in_way: list[Reserved]
+    ) -> list[Reserved] | None:
+        """The reservations once ``job`` starts on ``nodes``, the ones it touches kept or
+        moved; None if one of them would have to start later."""
+        touched = [r for r in in_way if r.nodes.intersection(nodes)]
+        free_now = {
+            r.job_key
+            for r in touched
+            if r.start_s <= self.now and self.capacity.fit(r.job, r.key, self._all_but(r))
+        }
+        self.capacity.take(job, cand.key, nodes)
+        # This job's own reservation goes once it starts: its room may take another's.
+        current: list[Reserved] | None = [r for r in self.held if r.job_key != job.key]
+        for res in touched:
+            assert current is not None
+            others = [r for r in current if r.job_key != res.job_key]
+            new = self._moved(res, others, free_now=res.job_key in free_now)
+            current = None if new is None else [new if r is res else r for r in current]
+            if current is None:
+                break
+        self.capacity.release(cand.key[0], nodes, job)
+        return current
+
+    def _all_but(self, res: Reserved) -> frozenset[str]:
+        return frozenset(s.name for s in self.capacity.groups[res.key]) - res.nodes
+
+    def after_start(
+        self, job: Job, cand: Candidate, nodes: tuple[str, ...], walked: Collection[str]
+    ) -> None:
+        """Keep the reservations true once ``job`` took ``nodes`` of ``cand`` (and its
+        quota): its own goes, a holder not yet walked and now over its quota loses its
+        room, and a reservation on the taken nodes moves (or is made again) elsewhere."""
+        self.held = [r for r in self.held if r.job_key != job.key]
+        for res in list(self.held):
+            if res.job_key not in walked and self.quota.exceeds(res.job, res.key[1]):
+                # Over its quota now, the holder cannot start in this cycle: its room is
+                # free for others (it reserves again once its quota allows).
+                self.held.remove(res)
+            elif res.key == cand.key and res.nodes.intersection(nodes):
+                # A job ranked above the holder under a strict order may take its room.
+                others = [r for r in self.held if r is not res]
+                moved = self._moved(res, others)
+                if moved is not res:
+                    self._beside_failed.clear()
+                    self.held.remove(res)
+                    if moved is not None:
+                        self.held.append(moved)
+                    else:
+                        self.reserve(res.job, self.cands_of(res.job))
+
+    def reserve(self, job: Job, cands: list[Candidate]) -> Reserved | None:
+        res_policy = self.policy.reservation
+        if not res_policy.enabled or len(self.held) >= res_policy.max_reservations:
+            return None
+        if not self.reserves(job):
+            return None
+        best: tuple[bool, float, bool, str, str, Reserved] | None = None
+        for cand in cands:
+            taken = frozenset().union(*(r.nodes for r in self.held if r.key == cand.key))
+            found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
+            if found is None:
+                continue
+            when, nodes = found
+            done = when + cand.transfer_s + cand.runtime_s
+            res = Reserved(
+                job=job,
+                key=cand.key,
+                nodes=frozenset(nodes),
+                start_s=when,
+            )
+            # Room a job past its predicted end still holds frees "now" only on paper: it
+            # comes after any other room (a job that can start now reserves where it can,
+            # so no later holder reserves that room away from it); at equal completion,
+            # room free now beats room predicted to free.
+            late = when <= self.now and self.capacity.fit(job, cand.key, taken) is None
+            waits = self.capacity.fit(job, cand.key) is None
+            if best is None or (late, done, waits, *cand.key) < best[:5]:
+                best = (late, done, waits, cand.key[0], cand.key[1], res)
+        if best is None:
+            return None
+        self.held.append(best[5])
+        return best[5]
+
+    def reserve_ahead(self, ranked: Sequence[Ranked]) -> None:
+        """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
+
+        Holders are chosen by level, then size (jobs of at least ``min_gpus``
+        first), then submit time, not by score: the oldest
+        blocked job stays the oldest until it starts, so its reservation holds
+        from cycle to cycle instead of passing between jobs whose scores cross
+        (which would let backfill eat the room each time). Every start of the
+        cycle, whatever its rank, then keeps clear of the reserved nodes unless
+        it ends before the reservation begins.
+        """
+        res_policy = self.policy.reservation
+        if not res_policy.enabled or res_policy.max_reservations <= 0:
+            return
+        worthy = [item for item in ranked if self.reserves(item.job)]
+        # Draining jobs first, oldest first; then big jobs (they cannot backfill; small
+        # ones soon find room), then by age.
+        worthy.sort(
+            key=lambda r: (
+                r.level,
+                not self._draining(r.job),
+                r.job.gpus < res_policy.min_gpus,
+                r.job.submit_s,
+                r.job.key,
+            )
+        )
+        for item in worthy:
+            if len(self.held) >= res_policy.max_reservations:
+                return
+            job = item.job
+            job_cands = self.cands_of(job)
+            if self.quota.exceeds(job) or not job_cands:
+                continue
+            # A job that fits at the start of the cycle may still lose the room to
+            # higher-ranked jobs in the walk; a claiming job reserves it anyway.
+            claims = self._draining(job) or (
+                res_policy.claim_big and job.gpus >= res_policy.min_gpus
+            )
+            if not claims and any(self.capacity.fit(job, c.key) is not None for c in job_cands):
+                continue
+            self.reserve(job, job_cands)
+
+    def waited(self, job: Job) -> float:
+        """Time ``job`` has spent waiting: since it was submitted, less what it ran before
+        (a preempted job's running time is not waiting; nor is a running job's)."""
+        ran = job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
+        return self.now - job.submit_s - ran
+
+    def reserves(self, job: Job) -> bool:
+        """True if ``job``, when blocked, may hold a reservation: it is big, has waited
+        ``aging.max_wait_s`` or drains (:meth:`reserve_ahead`, :meth:`_reserve`)."""
+        res_policy = self.policy.reservation
+        if not res_policy.enabled:
+            return False
+        max_wait = self.policy.aging.max_wait_s
+        return (
+            job.gpus >= res_policy.min_gpus
+            or (max_wait is not None and self.waited(job) >= max_wait)
+            or self._draining(job)
+        )
+
+    def _draining(self, job: Job) -> bool:
+        """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
+        times the mean wait of the pending jobs (the starvation guard)."""
+        res_policy = self.policy.reservation
+        after = res_policy.drain_after_s
+        waited = self.waited(job)
+        if after is None or waited < after:
+            return False
+        return waited >= res_policy.drain_ratio * self._mean_wait
+
+    @cached_property
+    def _mean_wait(self) -> float:
+        pending = self._pending
+        if not pending:
+            return 0.0
+        return sum(max(0.0, self.waited(j)) for j in pending) / len(pending)
+
+    def of(self, key: str) -> Reserved | None:
+        return next((r for r in self.held if r.job_key == key), None)
+
+    def final(self, hold: Hold) -> Hold:
+        """``hold`` with its reservation as it stands at the end of the cycle (a later
+        start may have moved it to other room, never to a later start)."""
+        res = self.of(hold.job_key)
+        if hold.reserved_start_s is None or res is None:
+            return hold
+        return replace(
+            hold,
+            message=reasons.reserved(res.key, res.start_s, self.now),
+            reserved_start_s=res.start_s,
+        )
