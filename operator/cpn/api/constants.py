@@ -8,6 +8,7 @@ GROUP: Final = "cpn.io"
 VERSION: Final = "v1alpha1"
 AIJOB_PLURAL: Final = "aijobs"
 MEMBER_PLURAL: Final = "memberclusters"
+BENCHMARK_PLURAL: Final = "gpubenchmarks"
 
 
 # Labels on member Jobs (owner references cannot cross clusters).
