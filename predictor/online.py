@@ -50,9 +50,15 @@ from typing import Any
 import numpy as np
 
 from predictor import artifacts
-from predictor.catalog import BenchmarkTable, UnknownName, canonical_gpu
+from predictor.catalog import (
+    BenchmarkRow,
+    BenchmarkTable,
+    UnknownName,
+    canonical_gpu,
+    canonical_model,
+)
 from predictor.features import JobWork, describe_job
-from predictor.history import History, HistoryRecord
+from predictor.history import BenchmarkRecord, History, HistoryRecord
 from predictor.jobs import JobFacts, JobLike, Prediction
 from predictor.measurements import Measurement, Query, measurements_from_table
 from predictor.model import ThroughputModel
@@ -384,6 +390,53 @@ class OnlinePredictor:
                 self._idle.clear()
                 self._wake.set()
 
+    def learn_benchmarks(self, records: Sequence[BenchmarkRecord], *, keep: bool = True) -> int:
+        """Measured throughputs of the cluster's own GPUs (a GPUBenchmark's result) join the
+        benchmark table, and the model is retrained on it: in the background thread with
+        ``retrain="thread"`` (the scheduling path never waits), at once with ``"sync"``,
+        at the next retraining with ``"off"``. A row whose model or GPU type the catalog
+        does not know is left out. ``keep`` also appends them to the history file (not for
+        results read back from the hub at start-up). Returns how many rows were taken;
+        never raises."""
+        rows: list[BenchmarkRow] = []
+        kept: list[BenchmarkRecord] = []
+        for r in records:
+            try:
+                model, gpu = canonical_model(r.model), canonical_gpu(r.gpu_type)
+            except UnknownName:
+                log.info("predictor: benchmark of %s on %s left out (unknown)", r.model, r.gpu_type)
+                continue
+            if not (r.samples_per_s > 0 and math.isfinite(r.samples_per_s) and r.batch_size > 0):
+                continue
+            where = {"origin": f"benchmark {r.source} on {r.node} at {r.measured_at:.0f}"}
+            rate: dict[str, Any] = {"batch_size": r.batch_size, "samples_per_s": r.samples_per_s}
+            rate.update(gpus=r.gpus, precision=r.precision, **where)
+            rows.append(BenchmarkRow(model=model, gpu_type=gpu, **rate))
+            kept.append(r)
+        if not rows:
+            return 0
+        try:
+            if keep:
+                self.history.add_benchmarks(kept)
+            with self._lock:
+                table = self.table
+                self.table = BenchmarkTable(
+                    [*table.rows, *rows],
+                    extra_models=table.extra_models,
+                    extra_gpus=table.extra_gpus,
+                    source=table.source,
+                )
+                self._base = measurements_from_table(self.table)
+        except Exception as exc:
+            log.warning("predictor: learning benchmark rows failed (%s)", exc)
+            return 0
+        if self.retrain_mode == "sync":
+            self.retrain_now()
+        elif self.retrain_mode == "thread":
+            self._idle.clear()
+            self._wake.set()
+        return len(rows)
+
     def _add_residual(self, obs: _Obs, point: float | None = None) -> None:
         """Update the correction stats with ``obs`` (caller holds the lock)."""
         if point is not None:
@@ -547,8 +600,6 @@ def evaluate_with_observations(
     first) as finished jobs, and predicts the remaining held-out rows. Returns
     ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
     """
-    from predictor.catalog import BenchmarkRow
-
     held = [r for r in table.rows if r.gpu_type == holdout_gpu]
     if not held:
         raise ValueError(f"no rows for {holdout_gpu!r}")
