@@ -12,10 +12,14 @@ from cpn.core.benchmarks import (
     BadResult,
     Known,
     NodeSeen,
+    free_after,
     read_result,
     start_verdict,
     to_create,
+    waiting_for,
 )
+from cpn.core.model import CyclePlan, Hold, Start, WaitReason
+from tests.builders import cluster, job, nodes, snapshot
 
 NOW = 1_000 * DAY_S
 A = [NodeSeen(cluster="a", node=f"a{i}", gpu_type="A100-80GB") for i in range(2)]
@@ -151,3 +155,25 @@ def test_bad_results_are_refused_with_a_reason(
         read_result(message, ["resnet50"])
     assert caught.value.reason == reason
     assert fragment in caught.value.message
+
+
+def test_free_after_takes_the_cycles_starts_and_waiting_for_counts_jobs_that_may_use_a_type() -> (
+    None
+):
+    """A start of 2 workers x 3 GPUs takes 3 on each node; a held job that names only
+    V100s does not wait for H100s, one that names none waits for every type."""
+    wide, any_type = job("w", gpus=3, workers=2), job("a")
+    v100_only = job("v", gpu_types=frozenset({"V100-32GB"}))
+    snap = snapshot(
+        jobs=[wide, any_type, v100_only],
+        clusters=[cluster("b", nodes("b", 2, gpu_type="H100-80GB", free=[8, 1]))],
+    )
+    start = Start(
+        job_key="w", cluster="b", gpu_type="H100-80GB", nodes=("b-0", "b-0"), predicted_runtime_s=1
+    )
+    held = [Hold(job_key=key, reason=WaitReason.Capacity, message="") for key in ("a", "v")]
+    plan = CyclePlan(starts=(start,), holds=tuple(held))
+    assert free_after(snap, plan) == {("b", "b-0"): 2.0, ("b", "b-1"): 1.0}
+    assert waiting_for(snap, plan, "H100-80GB") == 1
+    assert waiting_for(snap, plan, "V100-32GB") == 2
+    assert waiting_for(snap, CyclePlan(), "H100-80GB") == 0

@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from predictor.jobs import JobFacts
+from predictor.online import OnlinePredictor
 from testbed.bed import Testbed
 from testbed.spec import BENCHMARK_MESSAGE_ANNOTATION, GPU_RESOURCE, NodeSpec
 from testbed.workloads import wait_for
+from tests.e2e.hubkit import TEST_POLICY, Hub, aijob, apply, new_namespace, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -113,3 +117,123 @@ def test_a_benchmark_pod_ends_with_the_beds_truth(
     assert [(r["model"], r["batch_size"], r["samples_per_s"]) for r in doc["results"]] == [
         ("resnet50", 64, 2710)
     ]
+
+
+BENCH_POLICY = (
+    TEST_POLICY
+    + """
+benchmarks: {enabled: true, max_age_days: 30, models: [resnet50], budget_s: 60}
+"""
+)
+DATASET = 50_000  # hubkit.aijob's resnet50: batch 64, 50,000 samples, one epoch
+H100_TRUTH = 2710.0  # testbed/nodes.yaml: H100-80GB resnet50 samples/s
+RESNET50 = JobFacts(
+    key="probe",
+    model="resnet50",
+    features=MappingProxyType({"batch_size": 64.0, "dataset_samples": 50000.0, "epochs": 1.0}),
+)
+
+
+@pytest.fixture(scope="module")
+def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    with running_hub(testbed, tmp_path_factory.mktemp("gpubench"), policy=BENCH_POLICY) as hub:
+        hub.kubectl("delete", "gpubenchmarks", "--all")  # results of an earlier run count
+        yield hub
+
+
+def benchmark(hub: Hub, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = hub.custom.get_cluster_custom_object(
+            "cpn.io", "v1alpha1", "gpubenchmarks", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return found
+
+
+def finished(hub: Hub, name: str) -> dict[str, Any] | None:
+    body = benchmark(hub, name)
+    phase = ((body or {}).get("status") or {}).get("phase")
+    return body if phase in {"Succeeded", "Failed"} else None
+
+
+def h100_estimate(hub: Hub, namespace: str, name: str) -> float | None:
+    predicted = hub.status(namespace, name).get("predictedRuntimeSeconds") or {}
+    value = predicted.get("H100-80GB")
+    return float(value) if value else None
+
+
+@pytest.mark.timeout(300)
+def test_a_new_gpu_type_is_benchmarked_and_the_predictor_learns_it(
+    testbed: Testbed, hub: Hub, added_nodes: list[str]
+) -> None:
+    """An H100 node (a type the predictor never measured) joins member-a: cpn creates its
+    GPUBenchmark, runs it there, and its result (the bed's truth) moves the predictor's
+    H100 estimate of resnet50 to within 10% of the truth; kubectl shows the result."""
+    truth_s = DATASET / H100_TRUTH
+    # before: the predictor the operator starts with (the shipped table, nothing measured)
+    first = OnlinePredictor(retrain="off").predict(RESNET50, ["H100-80GB"]).runtime_s
+    assert abs(first["H100-80GB"] / truth_s - 1) > 0.10
+    with new_namespace(hub, "gpub") as namespace:
+        node = add_node(testbed, added_nodes)
+        name = f"{MEMBER}-{node}"
+        body = wait_for(
+            lambda: finished(hub, name), timeout_s=120, what=f"GPUBenchmark {name} done"
+        )
+        status = body["status"]
+        assert status["phase"] == "Succeeded", status
+        assert (status["gpuType"], status["model"], status["samplesPerSecond"]) == (
+            "H100-80GB",
+            "resnet50",
+            2710,
+        )
+        assert status["results"][0]["learned"] is True
+        listed = hub.kubectl("get", "gpubenchmarks").stdout
+        row = next(line for line in listed.splitlines() if line.startswith(name))
+        for word in (MEMBER, node, "H100-80GB", "resnet50", "2710", "Succeeded"):
+            assert word in row.split(), (word, listed)
+        # The predictor retrains off the scheduling path (seconds): a job submitted before
+        # that is estimated as before, and keeps its estimate once it runs. Each probe
+        # submits a new job and reads its first estimate, until one is within 10%.
+        probes = iter(range(100))
+
+        def close() -> float | None:
+            job = f"after-{next(probes)}"
+            apply(
+                hub, namespace, aijob(job, gpu_types=["H100-80GB"], durations={"H100-80GB": "2s"})
+            )
+            estimate = wait_for(
+                lambda: h100_estimate(hub, namespace, job), timeout_s=30, what=f"{job} estimate"
+            )
+            return estimate if abs(estimate / truth_s - 1) <= 0.10 else None
+
+        wait_for(
+            close,
+            timeout_s=120,
+            interval_s=2,
+            what=f"an H100 estimate within 10% of {truth_s:.1f} s",
+        )
+
+
+@pytest.mark.timeout(300)
+def test_a_malformed_result_fails_the_benchmark_and_teaches_nothing(
+    testbed: Testbed, hub: Hub, added_nodes: list[str]
+) -> None:
+    """An admin's GPUBenchmark on a node whose benchmark pod leaves a message that is not
+    the workload's JSON fails with reason MalformedResult, saying so."""
+    node = add_node(testbed, added_nodes, message="Segmentation fault (core dumped)")
+    name = f"admin-{node}"
+    manifest = {
+        "apiVersion": "cpn.io/v1alpha1",
+        "kind": "GPUBenchmark",
+        "metadata": {"name": name},
+        "spec": {"cluster": MEMBER, "node": node, "models": ["resnet50"]},
+    }
+    hub.kubectl("apply", "-f", "-", input_=json.dumps(manifest))
+    body = wait_for(lambda: finished(hub, name), timeout_s=120, what=f"GPUBenchmark {name} done")
+    status = body["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "MalformedResult"), status
+    assert "not JSON" in status["message"]
+    assert "results" not in status

@@ -6,8 +6,10 @@ Pure decisions, table-tested (``tests/core/test_benchmarks.py``); the runtime
 - :func:`to_create`: the nodes that need a GPUBenchmark, one per GPU type with no
   ``Succeeded`` result newer than the policy's ``max_age_days`` and none open.
 - :func:`start_verdict`: **the rule** a benchmark's Job starts by. A benchmark sits at the
-  lowest level of the queue: it starts only when no AIJob waits in the queue and its node
-  has a free GPU; it takes one GPU. (A user job that arrives later does not preempt it.)
+  lowest level of the queue: it starts only when no AIJob that may run on its node's GPU
+  type is left waiting by the cycle (:func:`waiting_for`) and its node has a free GPU once
+  the cycle's starts took theirs (:func:`free_after`); it takes one GPU. (A user job that
+  arrives later does not preempt it.)
 - :func:`read_result`: the benchmark pod's termination message, checked. Anything
   malformed or absurd raises :class:`BadResult` with a reason and a message, so that it
   never reaches the predictor.
@@ -21,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from cpn.core.model import CyclePlan, Snapshot
 
 #: the ``kind`` and ``schema`` of the workload program's result document
 RESULT_KIND = "cpn.io/gpu-benchmark"
@@ -106,7 +110,7 @@ def start_verdict(
     member_ready: bool,
 ) -> Verdict:
     """The rule: a benchmark starts only on a ready member, on its node, when that node has
-    a free GPU and no AIJob waits in the queue (user jobs always come first)."""
+    a free GPU and no AIJob that may use its GPU type waits (user jobs always come first)."""
     if not member_ready:
         return Verdict(start=False, reason="MemberNotReady", message="its member is not ready")
     if not node_exists:
@@ -115,7 +119,8 @@ def start_verdict(
         return Verdict(
             start=False,
             reason="UserJobsWaiting",
-            message=f"{queued_jobs} AIJob(s) wait in the queue; benchmarks run at the lowest level",
+            message=f"{queued_jobs} AIJob(s) that may use this GPU type wait; benchmarks "
+            "run at the lowest level",
         )
     if not node_free_gpus or node_free_gpus < 1:
         return Verdict(start=False, reason="NoFreeGPU", message="its node has no free GPU")
@@ -257,4 +262,26 @@ def read_result(message: str | None, models: Sequence[str]) -> BenchResult:
         results=results,
         device=name[:253] if isinstance(name, str) else "",
         software=MappingProxyType(versions),
+    )
+
+
+def free_after(snapshot: Snapshot, plan: CyclePlan) -> dict[tuple[str, str], float]:
+    """Free GPUs per (cluster, node) once the cycle's starts have taken theirs."""
+    free = {(n.cluster, n.name): n.free_gpus for c in snapshot.clusters for n in c.nodes}
+    per_worker = {j.key: j.gpus_per_worker for j in snapshot.pending}
+    for start in plan.starts:
+        for node in start.nodes:
+            key = (start.cluster, node)
+            free[key] = free.get(key, 0.0) - per_worker.get(start.job_key, 0.0)
+    return free
+
+
+def waiting_for(snapshot: Snapshot, plan: CyclePlan, gpu_type: str) -> int:
+    """How many AIJobs the cycle left waiting that may run on ``gpu_type`` (a job that names
+    only other GPU types does not wait for it): the user jobs a benchmark must not delay."""
+    allowed = {j.key: j.gpu_types for j in snapshot.pending}
+    return sum(
+        1
+        for hold in plan.holds
+        if not allowed.get(hold.job_key) or gpu_type in allowed.get(hold.job_key, frozenset())
     )

@@ -136,6 +136,8 @@ class Store:
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
         self._estimator_version = getattr(estimator, "retrains", 0)
+        #: the retraining from which every waiting job is estimated again (None: none due)
+        self.refresh_all_from: int | None = None
 
     def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
         """Add or refresh a record from the AIJob object (restoring state from its status)."""
@@ -216,15 +218,21 @@ class Store:
     def refresh_unseen(self) -> int:
         """After the predictor has retrained, estimate again the waiting jobs whose model it
         had not seen (their conservative first estimate is what learning improves most);
-        returns how many. Others keep theirs until their spec or the GPU types change."""
+        returns how many. Others keep theirs until their spec or the GPU types change, or
+        until the retraining numbered ``refresh_all_from`` (set when the predictor learns a
+        benchmark, which changes what it knows of a whole GPU type): then every waiting job
+        is estimated again."""
         version = getattr(self.estimator, "retrains", 0)
         if version == self._estimator_version:
             return 0
         self._estimator_version = version
+        everyone = self.refresh_all_from is not None and version >= self.refresh_all_from
+        if everyone:
+            self.refresh_all_from = None
         count = 0
         for record in self.pending():
             job = record.job
-            if job is not None and job.estimate.unseen:
+            if job is not None and (everyone or job.estimate.unseen):
                 record.job = self.attach_estimate(job)
                 count += 1
         return count
