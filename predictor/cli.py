@@ -256,7 +256,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.observe_per_model:
         if holdout_gpu is None:
             raise ValueError("--observe-per-model needs --holdout-gpu")
-        from predictor.online import evaluate_with_observations
+        from predictor.evaluation import evaluate_with_observations
 
         online = evaluate_with_observations(
             table,

@@ -3,13 +3,19 @@ model), train on the rest, score the held-out rows."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Sequence
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from predictor.benchmarks import BenchmarkTable
+from predictor.benchmarks import BenchmarkRow, BenchmarkTable
+from predictor.features import describe_job
+from predictor.jobs import JobFacts
 from predictor.measurements import Measurement, query_of
 from predictor.model import ThroughputModel
+from predictor.online import OnlinePredictor
 
 
 def holdout_predictions(
@@ -98,3 +104,69 @@ def evaluate(
         "mape": round(float(np.mean(ape)), 2),
         "median_ape": round(float(np.median(ape)), 2),
     }
+
+
+def evaluate_with_observations(
+    table: BenchmarkTable,
+    holdout_gpu: str,
+    *,
+    per_model: int = 1,
+    family: str = "rf",
+    seed: int = 0,
+) -> dict[str, float]:
+    """Leave one GPU type out, then let the estimator observe a few of its jobs.
+
+    The estimator starts from every row but ``holdout_gpu``'s; for each model it then
+    observes ``per_model`` held-out rows (single-GPU rows first, median batch size
+    first) as finished jobs, and predicts the remaining held-out rows. Returns
+    ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
+    """
+    held = [r for r in table.rows if r.gpu_type == holdout_gpu]
+    if not held:
+        raise ValueError(f"no rows for {holdout_gpu!r}")
+    rest = BenchmarkTable(
+        [r for r in table.rows if r.gpu_type != holdout_gpu],
+        extra_models=table.extra_models,
+        extra_gpus=table.extra_gpus,
+    )
+    est = OnlinePredictor(table=rest, retrain="off", family=family, seed=seed)
+    by_model: dict[str, list[BenchmarkRow]] = defaultdict(list)
+    for r in held:
+        by_model[r.model].append(r)
+    observed: set[int] = set()
+    for rows in by_model.values():
+        batches = sorted(r.batch_size for r in rows)
+        median_batch = batches[len(batches) // 2]
+        order = sorted(rows, key=lambda r: (r.gpus, abs(r.batch_size - median_batch)))
+        for r in order[:per_model]:
+            observed.add(id(r))
+            job = _bench_job(r)
+            est.observe(job, holdout_gpu, 1e6 / r.samples_per_s)
+    errors = []
+    for r in held:
+        if id(r) in observed:
+            continue
+        predicted_s = est.predict(_bench_job(r), [holdout_gpu]).runtime_s[holdout_gpu]
+        if est._unseen(describe_job(_bench_job(r))):  # compare medians, not the high guess
+            continue
+        predicted = 1e6 / predicted_s
+        errors.append(abs(predicted - r.samples_per_s) / r.samples_per_s * 100.0)
+    arr = np.asarray(errors)
+    return {
+        "n": len(errors),
+        "mape": round(float(arr.mean()), 2) if errors else float("nan"),
+        "median_ape": round(float(np.median(arr)), 2) if errors else float("nan"),
+        "observed": len(observed),
+    }
+
+
+def _bench_job(row: Any) -> JobFacts:
+    """A job of 10^6 samples shaped like a benchmark row."""
+    return JobFacts(
+        key=f"{row.model}/{row.batch_size}/{row.gpus}",
+        gpus_per_worker=row.gpus,
+        model=row.model,
+        features=MappingProxyType(
+            {"batch_size": float(row.batch_size), "dataset_samples": 1e6, "epochs": 1.0}
+        ),
+    )

@@ -11,7 +11,7 @@ import json
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,7 +37,39 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     features TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS finished_jobs_model ON finished_jobs (model, gpu_type);
+CREATE TABLE IF NOT EXISTS benchmarks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    source TEXT NOT NULL,
+    node TEXT NOT NULL,
+    measured_at REAL NOT NULL,
+    model TEXT NOT NULL,
+    gpu_type TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    gpus INTEGER NOT NULL,
+    precision TEXT NOT NULL DEFAULT '',
+    samples_per_s REAL NOT NULL,
+    versions TEXT NOT NULL DEFAULT '{}'
+);
 """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchmarkRecord:
+    """One measured throughput of the cluster's own GPUs: where (``source``, e.g. the
+    GPUBenchmark's name, and ``node``), when (``measured_at``, epoch seconds) and with what
+    software (``versions``)."""
+
+    source: str
+    node: str
+    measured_at: float
+    gpu_type: str
+    model: str
+    batch_size: int
+    samples_per_s: float
+    precision: str = ""
+    gpus: int = 1
+    versions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
 
 _COLUMNS = (
     "job_key",
@@ -84,6 +116,21 @@ class HistoryRecord:
         return self.work_samples / self.actual_s
 
 
+#: the columns of table ``benchmarks`` (but its id), as BenchmarkRecord's fields
+_BENCH_COLUMNS = (
+    "source",
+    "node",
+    "measured_at",
+    "gpu_type",
+    "model",
+    "batch_size",
+    "samples_per_s",
+    "precision",
+    "gpus",
+    "versions",
+)
+
+
 class History:
     """Finished jobs in SQLite (``path`` or ``":memory:"``)."""
 
@@ -103,14 +150,36 @@ class History:
 
     def add_many(self, records: Iterable[HistoryRecord]) -> None:
         """Append finished jobs in one transaction."""
-        rows = [_row(r) for r in records]
-        placeholders = ", ".join("?" for _ in _COLUMNS)
+        self._insert("finished_jobs", _COLUMNS, [_row(r) for r in records])
+
+    def _insert(self, table: str, columns: Sequence[str], rows: list[tuple[object, ...]]) -> None:
+        placeholders = ", ".join("?" for _ in columns)
         with self._lock:
             self._db.executemany(
-                f"INSERT INTO finished_jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})",
-                rows,
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows
             )
             self._db.commit()
+
+    def add_benchmarks(self, records: Iterable[BenchmarkRecord]) -> None:
+        """Append measured throughputs in one transaction."""
+        rows = [
+            (*(getattr(r, c) for c in _BENCH_COLUMNS[:-1]), json.dumps(dict(r.versions)))
+            for r in records
+        ]
+        self._insert("benchmarks", _BENCH_COLUMNS, rows)
+
+    def benchmarks(self) -> list[BenchmarkRecord]:
+        """Every measured throughput, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {', '.join(_BENCH_COLUMNS)} FROM benchmarks ORDER BY id"
+            ).fetchall()
+        out = []
+        for row in rows:
+            values = dict(zip(_BENCH_COLUMNS, row, strict=True))
+            values["versions"] = MappingProxyType(json.loads(values["versions"]))
+            out.append(BenchmarkRecord(**values))
+        return out
 
     def __len__(self) -> int:
         with self._lock:

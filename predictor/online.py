@@ -51,10 +51,10 @@ import numpy as np
 
 from predictor import artifacts
 from predictor.benchmarks import BenchmarkRow, BenchmarkTable
-from predictor.catalog import UnknownName, canonical_gpu
+from predictor.catalog import UnknownName, canonical_gpu, canonical_model
 from predictor.features import JobWork, describe_job
-from predictor.history import History, HistoryRecord
-from predictor.jobs import JobFacts, JobLike, Prediction
+from predictor.history import BenchmarkRecord, History, HistoryRecord
+from predictor.jobs import JobLike, Prediction
 from predictor.measurements import Measurement, Query, measurements_from_table
 from predictor.model import ThroughputModel
 from predictor.runtimes import RuntimeHistory
@@ -385,6 +385,53 @@ class OnlinePredictor:
                 self._idle.clear()
                 self._wake.set()
 
+    def learn_benchmarks(self, records: Sequence[BenchmarkRecord], *, keep: bool = True) -> int:
+        """Measured throughputs of the cluster's own GPUs (a GPUBenchmark's result) join the
+        benchmark table, and the model is retrained on it: in the background thread with
+        ``retrain="thread"`` (the scheduling path never waits), at once with ``"sync"``,
+        at the next retraining with ``"off"``. A row whose model or GPU type the catalog
+        does not know is left out. ``keep`` also appends them to the history file (not for
+        results read back from the hub at start-up). Returns how many rows were taken;
+        never raises."""
+        rows: list[BenchmarkRow] = []
+        kept: list[BenchmarkRecord] = []
+        for r in records:
+            try:
+                model, gpu = canonical_model(r.model), canonical_gpu(r.gpu_type)
+            except UnknownName:
+                log.info("predictor: benchmark of %s on %s left out (unknown)", r.model, r.gpu_type)
+                continue
+            if not (r.samples_per_s > 0 and math.isfinite(r.samples_per_s) and r.batch_size > 0):
+                continue
+            where = {"origin": f"benchmark {r.source} on {r.node} at {r.measured_at:.0f}"}
+            rate: dict[str, Any] = {"batch_size": r.batch_size, "samples_per_s": r.samples_per_s}
+            rate.update(gpus=r.gpus, precision=r.precision, **where)
+            rows.append(BenchmarkRow(model=model, gpu_type=gpu, **rate))
+            kept.append(r)
+        if not rows:
+            return 0
+        try:
+            if keep:
+                self.history.add_benchmarks(kept)
+            with self._lock:
+                table = self.table
+                self.table = BenchmarkTable(
+                    [*table.rows, *rows],
+                    extra_models=table.extra_models,
+                    extra_gpus=table.extra_gpus,
+                    source=table.source,
+                )
+                self._base = measurements_from_table(self.table)
+        except Exception as exc:  # noqa: BLE001 - learning must never take the operator down
+            log.warning("predictor: learning benchmark rows failed (%s)", exc)
+            return 0
+        if self.retrain_mode == "sync":
+            self.retrain_now()
+        elif self.retrain_mode == "thread":
+            self._idle.clear()
+            self._wake.set()
+        return len(rows)
+
     def _add_residual(self, obs: _Obs, point: float | None = None) -> None:
         """Update the correction stats with ``obs`` (caller holds the lock)."""
         if point is not None:
@@ -530,70 +577,4 @@ def _prediction(
         high_s=MappingProxyType(dict(high)),
         unseen=unseen,
         source=source,
-    )
-
-
-def evaluate_with_observations(
-    table: BenchmarkTable,
-    holdout_gpu: str,
-    *,
-    per_model: int = 1,
-    family: str = "rf",
-    seed: int = 0,
-) -> dict[str, float]:
-    """Leave one GPU type out, then let the estimator observe a few of its jobs.
-
-    The estimator starts from every row but ``holdout_gpu``'s; for each model it then
-    observes ``per_model`` held-out rows (single-GPU rows first, median batch size
-    first) as finished jobs, and predicts the remaining held-out rows. Returns
-    ``{"n", "mape", "median_ape", "observed"}`` on throughput, in percent.
-    """
-    held = [r for r in table.rows if r.gpu_type == holdout_gpu]
-    if not held:
-        raise ValueError(f"no rows for {holdout_gpu!r}")
-    rest = BenchmarkTable(
-        [r for r in table.rows if r.gpu_type != holdout_gpu],
-        extra_models=table.extra_models,
-        extra_gpus=table.extra_gpus,
-    )
-    est = OnlinePredictor(table=rest, retrain="off", family=family, seed=seed)
-    by_model: dict[str, list[BenchmarkRow]] = defaultdict(list)
-    for r in held:
-        by_model[r.model].append(r)
-    observed: set[int] = set()
-    for rows in by_model.values():
-        batches = sorted(r.batch_size for r in rows)
-        median_batch = batches[len(batches) // 2]
-        order = sorted(rows, key=lambda r: (r.gpus, abs(r.batch_size - median_batch)))
-        for r in order[:per_model]:
-            observed.add(id(r))
-            job = _bench_job(r)
-            est.observe(job, holdout_gpu, 1e6 / r.samples_per_s)
-    errors = []
-    for r in held:
-        if id(r) in observed:
-            continue
-        predicted_s = est.predict(_bench_job(r), [holdout_gpu]).runtime_s[holdout_gpu]
-        if est._unseen(describe_job(_bench_job(r))):  # compare medians, not the high guess
-            continue
-        predicted = 1e6 / predicted_s
-        errors.append(abs(predicted - r.samples_per_s) / r.samples_per_s * 100.0)
-    arr = np.asarray(errors)
-    return {
-        "n": len(errors),
-        "mape": round(float(arr.mean()), 2) if errors else float("nan"),
-        "median_ape": round(float(np.median(arr)), 2) if errors else float("nan"),
-        "observed": len(observed),
-    }
-
-
-def _bench_job(row: Any) -> JobFacts:
-    """A job of 10^6 samples shaped like a benchmark row."""
-    return JobFacts(
-        key=f"{row.model}/{row.batch_size}/{row.gpus}",
-        gpus_per_worker=row.gpus,
-        model=row.model,
-        features=MappingProxyType(
-            {"batch_size": float(row.batch_size), "dataset_samples": 1e6, "epochs": 1.0}
-        ),
     )

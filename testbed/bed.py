@@ -458,6 +458,7 @@ class Testbed:
                 f"--kubeconfig={admin}",
                 f"--cluster={name}",
                 f"--port={port('dcgm')}",
+                f"--nodes-file={self.nodes_file}",
             ]
         if component == "prometheus":
             return [

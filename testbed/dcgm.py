@@ -22,6 +22,14 @@ NVIDIA device plugin would hand them out. While it runs, its GPUs report the
 utilisation in its ``testbed.cpn.io/gpu-util`` annotation (percent, default
 90 with a small deterministic wobble) and ``testbed.cpn.io/gpu-mem-fraction``
 of the framebuffer (default 0.8); CPU time follows the pods' CPU requests.
+
+It is also the bed's stand-in for cpn's GPU benchmark workload (KWOK runs no container):
+a running pod labelled ``cpn.io/benchmark`` gets, in one patch, the result the workload
+would print on its node's GPU type, drawn from the bed's truth (``samples_per_s`` of the
+GPU model in ``nodes.yaml``), as annotation ``testbed.cpn.io/termination-message``, and
+``testbed.cpn.io/finish-at`` two seconds per model later; kwok's ``pod-succeed`` stage then
+ends the pod with that text as its containers' termination message. A node annotated
+``testbed.cpn.io/benchmark-message`` hands out that text instead, as is.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -42,12 +51,20 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from testbed.spec import (
+    BENCHMARK_LABEL,
+    BENCHMARK_MESSAGE_ANNOTATION,
+    BENCHMARK_SECONDS_PER_MODEL,
+    FINISH_AT_ANNOTATION,
     GPU_MEM_FRACTION_ANNOTATION,
     GPU_RESOURCE,
     GPU_UTIL_ANNOTATION,
     IDLE_POWER_ANNOTATION,
     MODEL_NAME_ANNOTATION,
     POWER_LIMIT_ANNOTATION,
+    TERMINATION_MESSAGE_ANNOTATION,
+    GpuModel,
+    benchmark_result,
+    load_spec,
 )
 
 DRIVER_VERSION = "550.90.07"
@@ -78,6 +95,7 @@ class NodeInfo:
     idle_power_w: float
     cpus: int
     memory_bytes: float
+    benchmark_message: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -130,6 +148,7 @@ def node_from_object(obj: dict[str, Any]) -> NodeInfo | None:
         idle_power_w=float(ann.get(IDLE_POWER_ANNOTATION, 50)),
         cpus=max(1, int(parse_quantity(capacity.get("cpu")) or 1)),
         memory_bytes=parse_quantity(capacity.get("memory")),
+        benchmark_message=ann.get(BENCHMARK_MESSAGE_ANNOTATION),
     )
 
 
@@ -171,6 +190,43 @@ def pod_from_object(obj: dict[str, Any]) -> PodInfo | None:
         util_pct=min(100.0, max(0.0, util)),
         mem_fraction=min(1.0, max(0.0, frac)),
     )
+
+
+def _models_of(pod: dict[str, Any]) -> list[str]:
+    """The ``--models`` a benchmark pod's first container runs (the workload's default if
+    it names none)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    words = [*(containers[0].get("command") or []), *(containers[0].get("args") or [])]
+    for index, word in enumerate(words[:-1]):
+        if word == "--models":
+            return [m for m in str(words[index + 1]).split(",") if m]
+    return ["resnet50", "yolov8m", "llama3"]
+
+
+def benchmark_annotations(
+    pod: dict[str, Any], node: NodeInfo | None, gpus: dict[str, GpuModel], now_s: float
+) -> dict[str, str] | None:
+    """What to write on a benchmark pod that runs and has no end yet: its termination
+    message (the bed's truth for its node's GPU type, or the node's override) and its end
+    time; None for any other pod."""
+    meta = pod.get("metadata") or {}
+    if BENCHMARK_LABEL not in (meta.get("labels") or {}) or node is None:
+        return None
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return None
+    if FINISH_AT_ANNOTATION in (meta.get("annotations") or {}):
+        return None
+    models = _models_of(pod)
+    if node.benchmark_message is not None:
+        message = node.benchmark_message
+    elif node.model_name in gpus:
+        doc = benchmark_result(gpus[node.model_name], models, node.name)
+        message = json.dumps(doc, separators=(",", ":"))
+    else:
+        message = ""  # a GPU type the bed has no truth for: no result, as a crash leaves
+    end = now_s + BENCHMARK_SECONDS_PER_MODEL * len(models)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end)) + f".{int(end * 1000) % 1000:03d}Z"
+    return {TERMINATION_MESSAGE_ANNOTATION: message[:4096], FINISH_AT_ANNOTATION: stamp}
 
 
 class ClusterModel:
@@ -473,10 +529,14 @@ def exposition(families: list[Metric]) -> bytes:
 class Watcher:
     """Keeps a ClusterModel in sync with the API server (list, then watch; re-list on error)."""
 
-    def __init__(self, model: ClusterModel, kubeconfig: str) -> None:
+    def __init__(
+        self, model: ClusterModel, kubeconfig: str, gpus: dict[str, GpuModel] | None = None
+    ) -> None:
         from kubernetes import client, config
 
         self.model = model
+        self.gpus = gpus or {}  # product (NVML name) -> GPU model with the bed's truth
+        self._benchmarked: set[str] = set()  # uids of benchmark pods given their result
         self._api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         self._core = client.CoreV1Api(self._api)
         self.synced = {"nodes": threading.Event(), "pods": threading.Event()}
@@ -548,8 +608,23 @@ class Watcher:
         pod = pod_from_object(obj)
         if etype == "DELETED" or pod is None:
             self.model.remove_pod(uid)
+            self._benchmarked.discard(uid)
         else:
             self.model.set_pod(pod)
+            if uid not in self._benchmarked:
+                self._finish_benchmark(uid, obj, pod)
+
+    def _finish_benchmark(self, uid: str, obj: dict[str, Any], pod: PodInfo) -> None:
+        notes = benchmark_annotations(obj, self.model.nodes.get(pod.node), self.gpus, time.time())
+        if notes is None:
+            return
+        self._benchmarked.add(uid)
+        try:
+            self._core.patch_namespaced_pod(
+                pod.name, pod.namespace, {"metadata": {"annotations": notes}}
+            )
+        except Exception:
+            self._benchmarked.discard(uid)  # tried again on its next event
 
 
 def make_handler(
@@ -610,9 +685,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--nodes-file", default=None, help="nodes.yaml with the bed's truth")
     args = parser.parse_args(argv)
     model = ClusterModel(args.cluster)
-    watcher = Watcher(model, args.kubeconfig)
+    spec = load_spec(Path(args.nodes_file) if args.nodes_file else None, port_base=0)
+    gpus = {gpu.product: gpu for gpu in spec.gpu_models}
+    watcher = Watcher(model, args.kubeconfig, gpus)
     watcher.start()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(model, watcher, args.port))
     server.daemon_threads = True

@@ -7,7 +7,8 @@ objects the bed creates. Nothing here starts a process or talks to a server.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,18 @@ MODEL_NAME_ANNOTATION = "testbed.cpn.io/gpu-model-name"
 #: node annotations with the power figures the DCGM simulator uses
 POWER_LIMIT_ANNOTATION = "testbed.cpn.io/gpu-power-limit-w"
 IDLE_POWER_ANNOTATION = "testbed.cpn.io/gpu-idle-power-w"
+#: pod label cpn puts on its GPU benchmark pods (cpn.api.constants.LABEL_BENCHMARK)
+BENCHMARK_LABEL = "cpn.io/benchmark"
+#: pod annotation the DCGM simulator writes on a benchmark pod: its termination message,
+#: which the kwok stage that ends the pod copies into containerStatuses[].state.terminated
+TERMINATION_MESSAGE_ANNOTATION = "testbed.cpn.io/termination-message"
+#: node annotation: the termination message every benchmark pod on that node leaves, as is
+#: (a test's way to hand the operator a malformed result)
+BENCHMARK_MESSAGE_ANNOTATION = "testbed.cpn.io/benchmark-message"
+#: seconds a simulated benchmark pod runs per model
+BENCHMARK_SECONDS_PER_MODEL = 2
+#: the benchmark workload's batch size per model on a GPU (workloads/cpn_workloads/models.py)
+WORKLOAD_BATCH = {"resnet50": 64, "yolov8m": 16, "llama3": 1, "bert-large": 8}
 #: node annotation that kwok's --manage-nodes-with-annotation-selector matches
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
@@ -70,6 +83,9 @@ class GpuModel:
     memory_mib: int
     power_limit_w: float
     idle_power_w: float
+    #: the bed's truth: what this GPU type trains per second, per benchmark model, at the
+    #: workload's batch (WORKLOAD_BATCH); simulated benchmark pods report it
+    samples_per_s: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def gfd_product(self) -> str:
@@ -156,6 +172,8 @@ class BedSpec:
 
     clusters: tuple[ClusterSpec, ...]
     port_base: int
+    #: every GPU model of the file, those no node uses included (tests add such nodes)
+    gpu_models: tuple[GpuModel, ...] = ()
 
     @property
     def members(self) -> tuple[ClusterSpec, ...]:
@@ -219,6 +237,53 @@ def _str(raw: Any, where: str) -> str:
     return raw
 
 
+def _rates(raw: Any, where: str) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: expected a mapping of model to samples/s")
+    out = {}
+    for model, value in raw.items():
+        if model not in WORKLOAD_BATCH:
+            raise SpecError(f"{where}.{model}: not a benchmark model ({', '.join(WORKLOAD_BATCH)})")
+        out[model] = _num(value, f"{where}.{model}")
+        if out[model] <= 0:
+            raise SpecError(f"{where}.{model}: expected a number > 0, got {value!r}")
+    return out
+
+
+def benchmark_result(gpu: GpuModel, models: list[str], node: str) -> dict[str, Any]:
+    """The result document the benchmark workload would print on a GPU of ``gpu``, with the
+    bed's truth as its samples/s (a model the truth lacks is reported as failed)."""
+    results: list[dict[str, Any]] = []
+    for model in models:
+        rate = gpu.samples_per_s.get(model)
+        batch = WORKLOAD_BATCH.get(model, 1)
+        if rate is None:
+            results.append({"model": model, "error": f"no truth for {model} on {gpu.key}"})
+            continue
+        step = batch / rate
+        results.append(
+            {
+                "model": model,
+                "batch_size": batch,
+                "precision": "bf16",
+                "steps": 100,
+                "samples_per_s": rate,
+                "step_s": {"p50": round(step, 6), "p90": round(step * 1.05, 6)},
+            }
+        )
+    return {
+        "kind": "cpn.io/gpu-benchmark",
+        "schema": 1,
+        "mode": "bench",
+        "node": node,
+        "device": {"type": "cuda", "name": gpu.product, "memory_gib": gpu.memory_mib / 1024},
+        "software": {"workload": "testbed-sim", "torch": "none (simulated)"},
+        "results": results,
+    }
+
+
 def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
     """Turn the parsed ``nodes.yaml`` document into a BedSpec (hub added first)."""
     if not isinstance(doc, dict):
@@ -238,6 +303,7 @@ def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
             memory_mib=_int(m.get("memory_mib"), f"{where}.memory_mib", 1),
             power_limit_w=_num(m.get("power_limit_w"), f"{where}.power_limit_w"),
             idle_power_w=_num(m.get("idle_power_w"), f"{where}.idle_power_w"),
+            samples_per_s=_rates(m.get("samples_per_s"), f"{where}.samples_per_s"),
         )
     raw_members = doc.get("members")
     if not isinstance(raw_members, dict) or len(raw_members) < 1:
@@ -273,7 +339,7 @@ def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
                     )
                 )
         clusters.append(ClusterSpec(name=name, index=index, nodes=tuple(nodes)))
-    return BedSpec(clusters=tuple(clusters), port_base=port_base)
+    return BedSpec(clusters=tuple(clusters), port_base=port_base, gpu_models=tuple(models.values()))
 
 
 def load_spec(path: Path | None = None, *, port_base: int | None = None) -> BedSpec:

@@ -86,6 +86,7 @@ CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "MemberCluster",
+    "GPUBenchmark",
 }
 KUSTOMIZATIONS = sorted(
     {p.parent for name in KUSTOMIZATION_NAMES for p in MANIFESTS.glob(f"**/{name}")}
@@ -155,6 +156,10 @@ OPERATOR_NEEDS = [
     Access(verb="list", group="cpn.io", resource="memberclusters"),
     Access(verb="watch", group="cpn.io", resource="memberclusters"),
     Access(verb="patch", group="cpn.io", resource="memberclusters/status"),
+    Access(verb="list", group="cpn.io", resource="gpubenchmarks"),
+    Access(verb="watch", group="cpn.io", resource="gpubenchmarks"),
+    Access(verb="create", group="cpn.io", resource="gpubenchmarks"),
+    Access(verb="patch", group="cpn.io", resource="gpubenchmarks/status"),
     Access(verb="list", group="", resource="namespaces"),
     Access(verb="watch", group="", resource="namespaces"),
     Access(verb="create", group="", resource="events", namespace="team-a"),
@@ -182,6 +187,8 @@ OPERATOR_MUST_NOT = [
     Access(verb="update", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="create", group="cpn.io", resource="aijobs", namespace="team-a"),
     Access(verb="update", group="cpn.io", resource="memberclusters"),
+    Access(verb="delete", group="cpn.io", resource="gpubenchmarks"),
+    Access(verb="patch", group="cpn.io", resource="gpubenchmarks"),
     Access(verb="create", group="", resource="pods", namespace="team-a"),
     Access(verb="create", group="batch", resource="jobs", namespace="team-a"),
     Access(verb="patch", group="", resource="namespaces"),
@@ -194,6 +201,7 @@ MEMBER_NEEDS = [
     Access(verb="watch", group="", resource="nodes"),
     Access(verb="list", group="", resource="pods"),
     Access(verb="watch", group="", resource="pods"),
+    Access(verb="list", group="", resource="pods", namespace="cpn-jobs"),  # benchmark results
     Access(verb="list", group="batch", resource="jobs", namespace="cpn-jobs"),
     Access(verb="watch", group="batch", resource="jobs", namespace="cpn-jobs"),
     Access(verb="create", group="batch", resource="jobs", namespace="cpn-jobs"),
@@ -240,7 +248,7 @@ def test_suffixless_kustomizations_keep_plain_directories_plain() -> None:
 
 
 def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
-    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and both CRDs."""
+    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and the three CRDs."""
     kinds = sorted(o["kind"] for o in base)
     for kind in (
         "Namespace",
@@ -255,7 +263,11 @@ def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
     ):
         assert kind in kinds
     crds = {o["metadata"]["name"] for o in base if o["kind"] == "CustomResourceDefinition"}
-    assert crds == {f"{k.AIJOB_PLURAL}.{k.GROUP}", f"{k.MEMBER_PLURAL}.{k.GROUP}"}
+    assert crds == {
+        f"{k.AIJOB_PLURAL}.{k.GROUP}",
+        f"{k.MEMBER_PLURAL}.{k.GROUP}",
+        f"{k.BENCHMARK_PLURAL}.{k.GROUP}",
+    }
 
 
 def test_policy_configmap_is_the_default_policy_where_the_operator_looks(

@@ -85,6 +85,9 @@ def test_every_key_maps_to_its_field() -> None:
     assert (policy.retry.max_attempts, policy.retry.backoff_s) == (1, 0.0)
     assert policy.retry.start_timeout_s == 45.0
     assert (policy.retry.member_lost, policy.retry.member_timeout_s) == ("at-most-once", 15.0)
+    bench = policy.benchmarks
+    assert (bench.enabled, bench.max_age_days, bench.models) == (True, 7.5, ("resnet50",))
+    assert (bench.budget_s, bench.image) == (60.0, "registry.example/cpn-workloads:0.2")
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
 
 
@@ -343,6 +346,18 @@ MISTAKES = [
         "retry.start_timeout_s",
         "expected a number",
         id="start-timeout-as-text",
+    ),
+    *(
+        pytest.param(f"benchmarks: {{{doc}}}", f"benchmarks.{path}", fragment, id=f"bench-{name}")
+        for name, doc, path, fragment in [
+            ("unknown-model", "models: [resnet50, gpt5]", "models[1]", "resnet50, yolov8m, "),
+            ("model-twice", "models: [resnet50, resnet50]", "models[1]", "listed twice"),
+            ("no-models", "models: []", "models", "non-empty"),
+            ("zero-age", "max_age_days: 0", "max_age_days", "greater than 0"),
+            ("tiny-budget", "budget_s: 0.5", "budget_s", "at least 1"),
+            ("image-with-space", "image: 'cpn workloads'", "image", "not ASCII"),
+            ("enabled-yes", "enabled: yes", "enabled", "true or false"),
+        ]
     ),
     pytest.param("user_levels: {alice: high}", "user_levels.alice", "number", id="level-as-word"),
     pytest.param("group_levels: {1: 2}", "group_levels", "group name", id="numeric-group-name"),

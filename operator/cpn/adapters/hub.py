@@ -1,7 +1,8 @@
 """The hub cluster through the Kubernetes client: the runtime's :class:`~cpn.runtime.ports.Hub`.
 
-Watches of Namespaces, AIJobs and the policy ConfigMap (:class:`~cpn.adapters.kube.Informer`),
-AIJob and MemberCluster status patches, Events, the last good policy, and connecting to a
+Watches of Namespaces, AIJobs, GPUBenchmarks and the policy ConfigMap
+(:class:`~cpn.adapters.kube.Informer`), AIJob, MemberCluster and GPUBenchmark status patches,
+GPUBenchmarks created, Events, the last good policy, and connecting to a
 member from the kubeconfig in its Secret. The client's exceptions stay here: a failed call
 raises :class:`~cpn.runtime.ports.CallFailed`.
 """
@@ -44,14 +45,18 @@ class KubeHub:
         return Informer("hub/namespaces", self.api, self.core.list_namespace, on_event).start()
 
     def watch_aijobs(self, on_event: WatchFn) -> Informer:
+        return self._watch_cpn(k.AIJOB_PLURAL, on_event)
+
+    def _watch_cpn(self, plural: str, on_event: WatchFn) -> Informer:
+        """Every object of one of cpn's kinds, in every namespace."""
         return Informer(
-            "hub/aijobs",
+            f"hub/{plural}",
             self.api,
             self.custom.list_cluster_custom_object,
             on_event,
             group=k.GROUP,
             version=k.VERSION,
-            plural=k.AIJOB_PLURAL,
+            plural=plural,
         ).start()
 
     def watch_policy(self, namespace: str, name: str, on_event: WatchFn) -> Informer:
@@ -82,12 +87,33 @@ class KubeHub:
         response.data  # read it all, so the connection goes back to the pool  # noqa: B018
 
     def patch_member_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._patch_status(k.MEMBER_PLURAL, name, status)
+
+    def _patch_status(self, plural: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the status of a cluster-scoped object of cpn's."""
         try:
             self.custom.patch_cluster_custom_object_status(
-                k.GROUP, k.VERSION, k.MEMBER_PLURAL, name, {"status": status}
+                k.GROUP, k.VERSION, plural, name, {"status": status}
             )
         except ApiException as err:
             raise call_failed(err) from err
+
+    def watch_benchmarks(self, on_event: WatchFn) -> Informer:
+        return self._watch_cpn(k.BENCHMARK_PLURAL, on_event)
+
+    def create_benchmark(self, body: Mapping[str, Any]) -> None:
+        """Create a GPUBenchmark; one that exists already counts as created."""
+        try:
+            response = self.custom.create_cluster_custom_object(
+                k.GROUP, k.VERSION, k.BENCHMARK_PLURAL, body, _preload_content=False
+            )
+            response.release_conn()
+        except ApiException as err:
+            if err.status != 409:
+                raise call_failed(err) from err
+
+    def patch_benchmark_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._patch_status(k.BENCHMARK_PLURAL, name, status)
 
     def list_members(self) -> list[Mapping[str, Any]]:
         try:

@@ -341,6 +341,25 @@ class Member:
         )
         return str(json.loads(response.data)["metadata"]["uid"])
 
+    def termination_messages(self, job: str) -> list[str]:
+        """The termination messages of the containers of a member Job's pods (a GPU
+        benchmark's result), in pod then container order; "" for one that left none."""
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.spec.namespace,
+                label_selector=f"job-name={job}",
+                _preload_content=False,
+                _request_timeout=30,
+            )
+        except ApiException as err:
+            raise call_failed(err) from err
+        out = []
+        for pod in json.loads(pods.data).get("items") or []:
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                ended = (status.get("state") or {}).get("terminated") or {}
+                out.append(str(ended.get("message") or ""))
+        return out
+
     def delete_job(self, name: str) -> None:
         """Delete a member Job and its pods; a missing Job counts as deleted."""
         try:

@@ -8,6 +8,7 @@ GROUP: Final = "cpn.io"
 VERSION: Final = "v1alpha1"
 AIJOB_PLURAL: Final = "aijobs"
 MEMBER_PLURAL: Final = "memberclusters"
+BENCHMARK_PLURAL: Final = "gpubenchmarks"
 
 
 # Labels on member Jobs (owner references cannot cross clusters).
@@ -17,6 +18,8 @@ LABEL_NAME: Final = "cpn.io/aijob-name"
 LABEL_UID: Final = "cpn.io/aijob-uid"
 LABEL_ATTEMPT: Final = "cpn.io/attempt"
 #: The attempt's fencing token (cpn.core.fence): only the Job carrying the current one counts.
+#: label of cpn's GPU benchmark Jobs and pods: the GPUBenchmark's name (cut to 63)
+LABEL_BENCHMARK: Final = "cpn.io/benchmark"
 LABEL_FENCE: Final = "cpn.io/fence"
 LABEL_MANAGED: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "cpn"

@@ -26,7 +26,9 @@ from cpn.core.errors import FieldError, FormulaError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
 from cpn.core.formula import compile_formula
 from cpn.core.policy import (
+    BENCHMARK_MODELS,
     Aging,
+    Benchmarks,
     GroupQuota,
     Level,
     Limit,
@@ -206,6 +208,7 @@ _TOP_SECTIONS = (
     "placement",
     "preemption",
     "retry",
+    "benchmarks",
     "namespaces",
 )
 _LEVEL: Mapping[str, Parser] = {
@@ -256,6 +259,37 @@ _RETRY: Mapping[str, Parser] = {
     "member_lost": _choice(MEMBER_LOST_CHOICES),
     "member_timeout_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
+
+
+def _models(value: Any) -> tuple[str, ...]:
+    """A non-empty list of the benchmark workload's models, each once, in order."""
+    if not isinstance(value, list) or not value:
+        raise _Invalid(f"expected a non-empty list of models, got {_kind(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or item not in BENCHMARK_MODELS:
+            near = hint(item, BENCHMARK_MODELS) if isinstance(item, str) else ""
+            message = f"must be one of {', '.join(BENCHMARK_MODELS)}; got {_kind(item)}{near}"
+            raise _Invalid(message, at=f"[{index}]")
+        if item in value[:index]:
+            raise _Invalid(f"{item} is listed twice", at=f"[{index}]")
+    return tuple(value)
+
+
+def _image(value: Any) -> str:
+    """A container image reference: printable ASCII, no spaces."""
+    name = _ident(value)
+    if len(name) > 1024:
+        raise _Invalid("is longer than 1024 characters")
+    return name
+
+
+_BENCHMARKS: Mapping[str, Parser] = {
+    "enabled": _boolean,
+    "max_age_days": _number(0.0, 3660.0, above=True),
+    "models": _models,
+    "budget_s": _number(1.0, 86400.0),
+    "image": _image,
+}
 _QUOTAS = ("groups", "lending", "max_priority")
 _MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": _number(0.0, MAX_GPUS, nullable=True)}
@@ -276,6 +310,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "placement": tuple(_PLACEMENT),
         "preemption": tuple(_PREEMPTION),
         "retry": tuple(_RETRY),
+        "benchmarks": tuple(_BENCHMARKS),
         "namespaces.<namespace>": _NAMESPACE,
     }
 )
@@ -513,6 +548,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         placement=Placement(**reader.section(top.get("placement"), "placement", _PLACEMENT)),
         preemption=Preemption(**reader.section(top.get("preemption"), "preemption", _PREEMPTION)),
         retry=Retry(**reader.section(top.get("retry"), "retry", _RETRY)),
+        benchmarks=Benchmarks(**reader.section(top.get("benchmarks"), "benchmarks", _BENCHMARKS)),
         namespaces=_namespaces(reader, top.get("namespaces")),
         **fields,
     )

@@ -187,6 +187,24 @@ class Retry:
     member_timeout_s: float | None = None
 
 
+#: the models the benchmark workload measures (workloads/: ``python -m cpn_workloads bench``)
+BENCHMARK_MODELS = ("resnet50", "yolov8m", "llama3", "bert-large")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Benchmarks:
+    """GPU benchmarks run by cpn (:mod:`cpn.core.benchmarks`). When ``enabled``, a member
+    node whose GPU type has no result newer than ``max_age_days`` gets a GPUBenchmark: a
+    Job pinned to it, running ``image`` (``python -m cpn_workloads bench``) over
+    ``models`` for ``budget_s`` seconds each, whose result teaches the predictor."""
+
+    enabled: bool = False
+    max_age_days: float = 30.0
+    models: tuple[str, ...] = ("resnet50", "yolov8m", "llama3")
+    budget_s: float = 300.0
+    image: str = "cpn-workloads:0.1.0"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueuePolicy:
     """The whole policy. ``ordering`` names a registered ordering (see
@@ -207,6 +225,7 @@ class QueuePolicy:
     placement: Placement = field(default_factory=Placement)
     preemption: Preemption = field(default_factory=Preemption)
     retry: Retry = field(default_factory=Retry)
+    benchmarks: Benchmarks = field(default_factory=Benchmarks)
     namespaces: Mapping[str, tuple[str, str]] = field(  # ns -> (user, group)
         default_factory=lambda: MappingProxyType({})
     )

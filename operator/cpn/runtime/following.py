@@ -71,6 +71,9 @@ class Following(HubWrites):
 
     def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
         labels = (job.get("metadata") or {}).get("labels") or {}
+        if k.LABEL_BENCHMARK in labels:  # a GPUBenchmark's Job (runtime/benchmarks.py)
+            self.kick()
+            return
         uid = labels.get(k.LABEL_UID, "")
         attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
         name = job["metadata"]["name"]

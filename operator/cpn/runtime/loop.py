@@ -15,13 +15,13 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.eta import project
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
-from cpn.runtime.dispatch import Dispatching
+from cpn.runtime.benchmarks import Benchmarking
 from cpn.runtime.state import WRITE_WORKERS
 
 log = logging.getLogger(__name__)
 
 
-class Loop(Dispatching):
+class Loop(Benchmarking):
     """When to cycle, and a cycle."""
 
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
@@ -47,6 +47,7 @@ class Loop(Dispatching):
                 self.config.policy_configmap,
             )
         await self.watch_hub()
+        self.watch_benchmarks()
         await self.connect_members()
         await self.wait_synced()
         self._requeue_uncreated()
@@ -124,6 +125,7 @@ class Loop(Dispatching):
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.apply(plan, snapshot, chosen, frees)
+        self.benchmarks_after_cycle(snapshot, plan)
         self._cycle_end = self.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.observer.cycle_applied(self._cycle_wall_s)

@@ -256,6 +256,8 @@ class Membership(Following):
                 # never landed, belongs to a record that still reads Queued.
                 self._follow(member, "MODIFIED", job)
                 labels = (job.get("metadata") or {}).get("labels") or {}
+                if k.LABEL_BENCHMARK in labels:
+                    continue  # a GPUBenchmark's Job: it ends by itself and is kept
                 record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
                 attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
                 why = why_stale(record, member.name, name, attempt)

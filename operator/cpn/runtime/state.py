@@ -103,6 +103,11 @@ class RuntimeState:
         self.observer = Observer(config, clock=clock)
         self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
+        # GPUBenchmarks on the hub by name (runtime/benchmarks.py), and those with a call
+        # in flight
+        self.benchmarks: dict[str, Mapping[str, Any]] = {}
+        self.benchmarks_listed = False
+        self._bench_busy: set[str] = set()
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking API call in the pool."""

@@ -136,6 +136,9 @@ class Store:
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
         self._estimator_version = estimator.knowledge_version()
+        #: every waiting job is estimated again at the next change of knowledge (not only the
+        #: unseen): set when the predictor learns a benchmark, which changes a whole GPU type
+        self.refresh_all_due = False
 
     def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
         """Add or refresh a record from the AIJob object (restoring state from its status)."""
@@ -217,15 +220,17 @@ class Store:
         """After the estimator's knowledge changed (the predictor retrained:
         ``Estimator.knowledge_version``), estimate again the waiting jobs whose model it had
         not seen (their conservative first estimate is what learning improves most); returns
-        how many. Others keep theirs until their spec or the GPU types change."""
+        how many. Others keep theirs until their spec or the GPU types change, or until
+        ``refresh_all_due``: then every waiting job is estimated again."""
         version = self.estimator.knowledge_version()
         if version == self._estimator_version:
             return 0
         self._estimator_version = version
+        everyone, self.refresh_all_due = self.refresh_all_due, False
         count = 0
         for record in self.pending():
             job = record.job
-            if job is not None and job.estimate.unseen:
+            if job is not None and (everyone or job.estimate.unseen):
                 record.job = self.attach_estimate(job)
                 count += 1
         return count

@@ -1,0 +1,287 @@
+"""GPU benchmarks: which nodes to measure, when one may start, and what its result says.
+
+Pure decisions, table-tested (``tests/core/test_benchmarks.py``); the runtime
+(:mod:`cpn.runtime.benchmarks`) carries them out.
+
+- :func:`to_create`: the nodes that need a GPUBenchmark, one per GPU type with no
+  ``Succeeded`` result newer than the policy's ``max_age_days`` and none open.
+- :func:`start_verdict`: **the rule** a benchmark's Job starts by. A benchmark sits at the
+  lowest level of the queue: it starts only when no AIJob that may run on its node's GPU
+  type is left waiting by the cycle (:func:`waiting_for`) and its node has a free GPU once
+  the cycle's starts took theirs (:func:`free_after`); it takes one GPU. (A user job that
+  arrives later does not preempt it.)
+- :func:`read_result`: the benchmark pod's termination message, checked. Anything
+  malformed or absurd raises :class:`BadResult` with a reason and a message, so that it
+  never reaches the predictor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from cpn.core.model import CyclePlan, Snapshot
+
+#: the ``kind`` and ``schema`` of the workload program's result document
+RESULT_KIND = "cpn.io/gpu-benchmark"
+RESULT_SCHEMA = 1
+#: samples/s per GPU above which a result cannot be a measurement of training (the fastest
+#: published training rates, small CNNs on an H100, are a few tens of thousands)
+MAX_SAMPLES_PER_S = 1e6
+#: largest per-GPU batch believed
+MAX_BATCH = 65536
+#: how far batch / p50 step time may be from samples/s (the mean rate) before the numbers
+#: contradict each other
+STEP_RATE_FACTOR = 3.0
+DAY_S = 86400.0
+
+#: phases of a GPUBenchmark
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSeen:
+    """A member node with GPUs, as the operator sees it."""
+
+    cluster: str
+    node: str
+    gpu_type: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Known:
+    """A GPUBenchmark on the hub, as far as :func:`to_create` cares."""
+
+    cluster: str
+    node: str
+    gpu_type: str  # "" while it has not run
+    phase: str
+    finished_s: float | None = None
+
+
+def to_create(
+    nodes: Iterable[NodeSeen],
+    known: Iterable[Known],
+    *,
+    now_s: float,
+    max_age_days: float,
+) -> list[NodeSeen]:
+    """The nodes to create a GPUBenchmark for: per GPU type with no ``Succeeded`` result
+    newer than ``max_age_days`` and no benchmark open (Pending or Running) on a node of
+    that type, its first node by (cluster, node). A node that already has an open one is
+    never chosen twice."""
+    known = list(known)
+    type_of = {(n.cluster, n.node): n.gpu_type for n in nodes if n.gpu_type}
+    fresh_after = now_s - max_age_days * DAY_S
+    covered: set[str] = set()
+    for bench in known:
+        gpu_type = bench.gpu_type or type_of.get((bench.cluster, bench.node), "")
+        if not gpu_type:
+            continue
+        fresh = bench.phase == SUCCEEDED and (bench.finished_s or 0.0) > fresh_after
+        if fresh or bench.phase in (PENDING, RUNNING):
+            covered.add(gpu_type)
+    out: list[NodeSeen] = []
+    for (cluster, node), gpu_type in sorted(type_of.items()):
+        if gpu_type not in covered:
+            covered.add(gpu_type)
+            out.append(NodeSeen(cluster=cluster, node=node, gpu_type=gpu_type))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """Whether a pending benchmark's Job may be created now, and if not, why."""
+
+    start: bool
+    reason: str = ""
+    message: str = ""
+
+
+def start_verdict(
+    *,
+    node_exists: bool,
+    node_free_gpus: float | None,
+    queued_jobs: int,
+    member_ready: bool,
+) -> Verdict:
+    """The rule: a benchmark starts only on a ready member, on its node, when that node has
+    a free GPU and no AIJob that may use its GPU type waits (user jobs always come first)."""
+    if not member_ready:
+        return Verdict(start=False, reason="MemberNotReady", message="its member is not ready")
+    if not node_exists:
+        return Verdict(start=False, reason="NodeNotFound", message="its node is not in its member")
+    if queued_jobs > 0:
+        return Verdict(
+            start=False,
+            reason="UserJobsWaiting",
+            message=f"{queued_jobs} AIJob(s) that may use this GPU type wait; benchmarks "
+            "run at the lowest level",
+        )
+    if not node_free_gpus or node_free_gpus < 1:
+        return Verdict(start=False, reason="NoFreeGPU", message="its node has no free GPU")
+    return Verdict(start=True)
+
+
+class BadResult(ValueError):
+    """A benchmark's result that must not reach the predictor: ``reason`` is one word
+    (``NoResult``, ``MalformedResult``, ``AbsurdResult``, ``ModelFailed``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResult:
+    """One model's measured training throughput on one GPU: ``samples_per_s`` at
+    ``batch_size``, in ``precision`` (what the workload ran: bf16, fp16 or fp32), with
+    the p50 and p90 step times when the result gives them."""
+
+    model: str
+    batch_size: int
+    samples_per_s: float
+    precision: str = ""
+    step_p50_s: float | None = None
+    step_p90_s: float | None = None
+    #: llama3's decoder layers when fewer than the published 32 fit (None: the full shape)
+    layers: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchResult:
+    """A checked result: per model, plus the device and software that produced it."""
+
+    results: tuple[ModelResult, ...]
+    device: str = ""
+    software: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _malformed(message: str) -> BadResult:
+    return BadResult("MalformedResult", message)
+
+
+def _number(entry: Mapping[str, Any], key: str, where: str) -> float:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _malformed(f"{where}.{key}: expected a number, got {value!r}"[:300])
+    return float(value)
+
+
+def _model_result(entry: Any, index: int) -> ModelResult:
+    where = f"results[{index}]"
+    if not isinstance(entry, Mapping):
+        raise _malformed(f"{where}: expected an object")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model:
+        raise _malformed(f"{where}.model: expected a model name")
+    if "error" in entry:
+        raise BadResult("ModelFailed", f"{model} failed on the node: {str(entry['error'])[:300]}")
+    batch = entry.get("batch_size")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise _malformed(f"{where}.batch_size: expected an integer, got {batch!r}"[:300])
+    if not 1 <= batch <= MAX_BATCH:
+        raise BadResult("AbsurdResult", f"{model}: batch size {batch} is not in [1, {MAX_BATCH}]")
+    rate = _number(entry, "samples_per_s", where)
+    if not math.isfinite(rate) or not 0 < rate <= MAX_SAMPLES_PER_S:
+        raise BadResult(
+            "AbsurdResult",
+            f"{model}: {rate} samples/s is not a training rate (0, {MAX_SAMPLES_PER_S:.0e}]",
+        )
+    p50 = p90 = None
+    steps = entry.get("step_s")
+    if isinstance(steps, Mapping) and "p50" in steps:
+        p50 = _number(steps, "p50", f"{where}.step_s")
+        p90 = _number(steps, "p90", f"{where}.step_s") if "p90" in steps else None
+        if not math.isfinite(p50) or p50 <= 0:
+            raise BadResult("AbsurdResult", f"{model}: p50 step time {p50} s is not positive")
+        implied = batch / p50
+        if not rate / STEP_RATE_FACTOR <= implied <= rate * STEP_RATE_FACTOR:
+            raise BadResult(
+                "AbsurdResult",
+                f"{model}: {rate:g} samples/s contradicts batch {batch} at a p50 step of "
+                f"{p50:g} s ({implied:g} samples/s)",
+            )
+    layers = None
+    shape = entry.get("shape")
+    if isinstance(shape, Mapping) and isinstance(shape.get("layers"), int):
+        layers = int(shape["layers"])
+    precision = entry.get("precision")
+    return ModelResult(
+        model=model,
+        batch_size=batch,
+        samples_per_s=rate,
+        precision=precision if isinstance(precision, str) else "",
+        step_p50_s=p50,
+        step_p90_s=p90,
+        layers=layers,
+    )
+
+
+def read_result(message: str | None, models: Sequence[str]) -> BenchResult:
+    """The benchmark's termination message checked; :class:`BadResult` says what is wrong.
+    Every model of ``models`` must have a result, and no other model may."""
+    if not message or not message.strip():
+        raise BadResult("NoResult", "the benchmark pod left no termination message")
+    try:
+        doc = json.loads(message)
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise _malformed(f"the termination message is not JSON ({err})") from None
+    if not isinstance(doc, Mapping):
+        raise _malformed("the termination message is not a JSON object")
+    if doc.get("kind") != RESULT_KIND or doc.get("schema") != RESULT_SCHEMA:
+        raise _malformed(
+            f"expected kind {RESULT_KIND} schema {RESULT_SCHEMA}, got kind "
+            f"{str(doc.get('kind'))[:60]!r} schema {str(doc.get('schema'))[:20]!r}"
+        )
+    raw = doc.get("results")
+    if not isinstance(raw, list) or not raw:
+        raise _malformed("results: expected a non-empty list")
+    results = tuple(_model_result(entry, i) for i, entry in enumerate(raw))
+    got = [r.model for r in results]
+    missing = [m for m in models if m not in got]
+    extra = sorted({m for m in got if m not in models} | {m for m in got if got.count(m) > 1})
+    if missing:
+        raise _malformed(f"no result for {', '.join(missing)}")
+    if extra:
+        raise _malformed(f"unexpected or repeated results for {', '.join(extra)}")
+    device = doc.get("device")
+    name = device.get("name") if isinstance(device, Mapping) else None
+    software = doc.get("software")
+    versions = (
+        {str(k)[:63]: str(v)[:63] for k, v in software.items() if isinstance(v, str | int | float)}
+        if isinstance(software, Mapping)
+        else {}
+    )
+    return BenchResult(
+        results=results,
+        device=name[:253] if isinstance(name, str) else "",
+        software=MappingProxyType(versions),
+    )
+
+
+def free_after(snapshot: Snapshot, plan: CyclePlan) -> dict[tuple[str, str], float]:
+    """Free GPUs per (cluster, node) once the cycle's starts have taken theirs."""
+    free = {(n.cluster, n.name): n.free_gpus for c in snapshot.clusters for n in c.nodes}
+    per_worker = {j.key: j.gpus_per_worker for j in snapshot.pending}
+    for start in plan.starts:
+        for node in start.nodes:
+            key = (start.cluster, node)
+            free[key] = free.get(key, 0.0) - per_worker.get(start.job_key, 0.0)
+    return free
+
+
+def waiting_for(snapshot: Snapshot, plan: CyclePlan, gpu_type: str) -> int:
+    """How many AIJobs the cycle left waiting that may run on ``gpu_type`` (a job that names
+    only other GPU types does not wait for it): the user jobs a benchmark must not delay."""
+    allowed = {j.key: j.gpu_types for j in snapshot.pending}
+    return sum(
+        1
+        for hold in plan.holds
+        if not allowed.get(hold.job_key) or gpu_type in allowed.get(hold.job_key, frozenset())
+    )
