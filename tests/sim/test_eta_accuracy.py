@@ -124,6 +124,23 @@ def test_bound_too_small_leaves_jobs_without_eta():
     )
 
 
+def _result(records: tuple[JobRecord, ...]) -> SimResult:
+    """A run holding just ``records``."""
+    return SimResult(
+        policy="p",
+        estimator="e",
+        records=records,
+        total_gpus=1,
+        times_s=(),
+        busy_gpus=(),
+        queue_len=(),
+        cycles=0,
+        wall_s=0.0,
+        plan_wall_s=0.0,
+        preemptions=0,
+    )
+
+
 def test_summary_figures_on_hand_made_records():
     """Relative and absolute errors, early/late shares and the ten-minute bar."""
 
@@ -146,22 +163,43 @@ def test_summary_figures_on_hand_made_records():
         rec("z", 0, 1000, 1000 + 1000),  # 1.0 of the wait
         rec("short", 0, 300, 0),  # waited 5 min: left out
     )
-    result = SimResult(
-        policy="p",
-        estimator="e",
-        records=records,
-        total_gpus=1,
-        times_s=(),
-        busy_gpus=(),
-        queue_len=(),
-        cycles=0,
-        wall_s=0.0,
-        plan_wall_s=0.0,
-        preemptions=0,
-    )
+    result = _result(records)
     s = eta_accuracy.summary(result)
     assert s["waited"] == 3 and s["median_rel_error"] == 0.5 and s["p90_rel_error"] == 1.0
     assert s["median_abs_error_h"] == 0.5 and s["early_share"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_range_coverage_counts_jobs_without_a_range_as_misses():
+    """The p20-p80 range holds a start inside it, not one outside it; ``coverage`` is over the
+    ranged jobs, ``coverage_all`` over every measured job; widths absolute and relative."""
+
+    def rec(job_id, start, low, high):
+        return JobRecord(
+            job_id=job_id,
+            submit_s=0.0,
+            gpus=1,
+            duration_s=10,
+            first_start_s=start,
+            finish_s=start + 10,
+            eta_at_s=0.0,
+            eta_start_s=start,
+            eta_end_s=start + 10,
+            eta_low_s=low,
+            eta_high_s=high,
+        )
+
+    records = (
+        rec("in", 3600, 1800, 5400),  # held; width 1 h = 1.0 x its wait
+        rec("late", 7200, 1800, 5400),  # started after the range
+        rec("early", 3600, 5400, 9000),  # started before it
+        rec("edge", 3600, 3600, 3600),  # a point range holding the start exactly
+        rec("none", 3600, None, None),  # no range: a miss in coverage_all only
+    )
+    result = _result(records)
+    r = eta_accuracy.summary(result)["range"]
+    assert (r["ranged"], r["held"]) == (4, 2)
+    assert r["coverage"] == 0.5 and r["coverage_all"] == 0.4 and not r["aim_met"]
+    assert r["median_width_h"] == 1.0 and r["median_width_rel"] == 0.5
 
 
 def test_report_has_the_table_and_images_that_exist(tmp_path, capsys):

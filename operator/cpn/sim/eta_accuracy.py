@@ -209,8 +209,12 @@ def _calibrated(waited: Sequence[EtaError], *, started_only: bool) -> dict[str, 
     }
 
 
-def _range(waited: Sequence[EtaError]) -> dict[str, Any] | None:
-    """How often the stated p20-p80 range held the actual start, and how wide it was."""
+def _range(waited: Sequence[EtaError], count: int) -> dict[str, Any] | None:
+    """How often the stated p20-p80 range held the actual start, and how wide it was.
+
+    ``coverage`` is over the jobs that had a range; ``coverage_all`` over all ``count``
+    jobs measured (those with no range, or no ETA at all, count as misses).
+    """
     ranged = [e for e in waited if e.low_s is not None and e.high_s is not None]
     if not ranged:
         return None
@@ -218,7 +222,10 @@ def _range(waited: Sequence[EtaError]) -> dict[str, Any] | None:
     widths = [((e.high_s or 0.0) - (e.low_s or 0.0)) for e in ranged]
     return {
         "share_with_range": _r(len(ranged) / len(waited)),
+        "ranged": len(ranged),
+        "held": held,
         "coverage": _r(held / len(ranged)),
+        "coverage_all": _r(held / max(count, len(ranged))),
         "aim_met": held / len(ranged) >= AIM_RANGE_COVERAGE,
         "median_width_h": _r(_median([w / 3600.0 for w in widths])),
         "median_width_rel": _r(
@@ -277,7 +284,7 @@ def summary(
         "median_rel_error_not_overtaken": _r(_median([e.rel_error for e in calm])),
         "median_end_rel_error": _r(_median(ends)),
         "aim_met": None if median is None else median < AIM_REL_ERROR,
-        "range": _range(waited),
+        "range": _range(waited, count),
         "calibrated": _calibrated(waited, started_only=False),
         "calibrated_started_only": _calibrated(waited, started_only=True),
         "calls": result.eta_calls,
