@@ -44,6 +44,7 @@ from testbed.spec import (
     KWOK_NODE_VALUE,
     BedSpec,
     ClusterSpec,
+    default_nodes_file,
     ephemeral_range,
     load_spec,
     ports_problem,
@@ -135,6 +136,11 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _any_alive(saved: dict[str, Any]) -> bool:
+    """Whether any process recorded in a saved state still runs."""
+    return any(procs.alive(procs.Proc.from_json(v)) for v in saved["procs"].values())
+
+
 def _insecure_ctx() -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -160,12 +166,13 @@ class Testbed:
         ).absolute()
         self._bin_dir = bin_dir
         saved = self._load_state()
-        if saved and nodes_file is None and port_base is None:
-            # a running bed keeps the layout it was started with (if that file still exists)
+        if saved and nodes_file is None and port_base is None and _any_alive(saved):
+            # a running bed keeps the layout it was started with (if that file still exists);
+            # a stopped one is started again from this checkout's layout, not a stale one
             if Path(saved["nodes_file"]).exists():
                 nodes_file = Path(saved["nodes_file"])
             port_base = int(saved["port_base"])
-        self.nodes_file = (nodes_file or Path(__file__).with_name("nodes.yaml")).absolute()
+        self.nodes_file = (nodes_file or default_nodes_file()).absolute()
         self.spec: BedSpec = load_spec(self.nodes_file, port_base=port_base)
         self.pki = Pki(self.state_dir / "pki")
         self.logs_dir = self.state_dir / "logs"

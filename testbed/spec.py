@@ -342,9 +342,14 @@ def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
     return BedSpec(clusters=tuple(clusters), port_base=port_base, gpu_models=tuple(models.values()))
 
 
+def default_nodes_file() -> Path:
+    """``$CPN_TESTBED_NODES``, else the ``nodes.yaml`` beside this module."""
+    return Path(os.environ.get("CPN_TESTBED_NODES", DEFAULT_NODES_FILE)).absolute()
+
+
 def load_spec(path: Path | None = None, *, port_base: int | None = None) -> BedSpec:
-    """Read a nodes file (default: the packaged ``nodes.yaml``)."""
-    path = path or Path(os.environ.get("CPN_TESTBED_NODES", DEFAULT_NODES_FILE))
+    """Read a nodes file (default: :func:`default_nodes_file`)."""
+    path = path or default_nodes_file()
     if port_base is None:
         port_base = int(os.environ.get("CPN_TESTBED_PORT_BASE", DEFAULT_PORT_BASE))
     with path.open(encoding="utf-8") as f:

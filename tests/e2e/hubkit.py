@@ -24,6 +24,7 @@ from urllib3.exceptions import ProtocolError
 
 from cpn.adapters.kube import client_from_kubeconfig
 from cpn.cli.devbed import bootstrap_testbed, start_operator, stop_process, wait_until
+from cpn.cli.run import EXIT_LEADERSHIP_LOST
 from testbed.bed import Testbed
 
 #: The default policy with quick retries, so failure tests finish in seconds.
@@ -36,10 +37,20 @@ FAST = {"interval_s": 5, "debounce_s": 0.1, "lease_duration_s": 6}
 
 
 class Hub:
-    """The hub with the operator running: helpers to apply and read AIJobs."""
+    """The hub with the operator running: helpers to apply and read AIJobs.
+
+    Like the Deployment of the manifests, the hub starts the operator again when it exits
+    because it lost its Lease (a loaded machine can delay a renewal past the suite's short
+    deadline); ``supervise=False`` leaves that to the test (the fail-over tests check it)."""
 
     def __init__(
-        self, tb: Testbed, log: Path, *, args: tuple[str, ...] = (), **settings: object
+        self,
+        tb: Testbed,
+        log: Path,
+        *,
+        args: tuple[str, ...] = (),
+        supervise: bool = True,
+        **settings: object,
     ) -> None:
         self.tb = tb
         self.log = log
@@ -49,7 +60,12 @@ class Hub:
         self.api = client_from_kubeconfig(self.kubeconfig.read_text())
         self.custom = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
+        self.restarts_after_lost_lease = 0
+        self._changed = threading.Condition()
+        self._stopping = False
         self.proc = self.start()
+        if supervise:
+            threading.Thread(target=self._supervise, name="hub-supervisor", daemon=True).start()
 
     def start(self, log: Path | None = None) -> subprocess.Popen[bytes]:
         """Start one more operator process with this hub's settings (appending to the log,
@@ -57,7 +73,33 @@ class Hub:
         return start_operator(self.kubeconfig, log or self.log, args=self.args, **self.settings)
 
     def restart(self) -> None:
-        self.proc = self.start()
+        with self._changed:
+            self.proc = self.start()
+            self._changed.notify_all()
+
+    def stop(self) -> None:
+        """Stop the operator for good (no restart after this)."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        stop_process(self.proc)
+
+    def _supervise(self) -> None:
+        while True:
+            proc = self.proc
+            code = proc.wait()
+            with self._changed:
+                if self._stopping:
+                    return
+                if code == EXIT_LEADERSHIP_LOST and proc is self.proc:
+                    print(f"hub: the operator lost its Lease (exit {code}); starting it again")
+                    self.restarts_after_lost_lease += 1
+                    self.proc = self.start()
+                    continue
+                # stopped by the test: wait until the test starts another one (or stops)
+                self._changed.wait_for(lambda ended=proc: self._stopping or self.proc is not ended)
+                if self._stopping:
+                    return
 
     def kubectl(
         self, *args: str, input_: str | None = None, check: bool = True
@@ -107,17 +149,18 @@ def running_hub(
     *,
     policy: str = TEST_POLICY,
     args: tuple[str, ...] = (),
+    supervise: bool = True,
     **settings: object,
 ) -> Iterator[Hub]:
     """Bootstrap the bed with ``policy``, run the operator, stop it (and print its log) after.
     The decision log is on by default, so a failed test can be replayed and explained."""
     bootstrap_testbed(tb, policy_yaml=policy)
     settings.setdefault("decision_log", folder / "decisions.jsonl")
-    hub = Hub(tb, folder / "operator.log", args=args, **settings)
+    hub = Hub(tb, folder / "operator.log", args=args, supervise=supervise, **settings)
     try:
         yield hub
     finally:
-        stop_process(hub.proc)
+        hub.stop()
         print(hub.log.read_text()[-5000:])
         print(f"decision log: {settings['decision_log']}")
 

@@ -84,7 +84,8 @@ def pair(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     settings = {"lease_duration_s": DURATION_S}
     health = [f"http://127.0.0.1:{free_port()}/healthz" for _ in range(2)]
     args = ("--leader-elect", "--liveness", health[0])
-    with running_hub(testbed, folder, args=args, **settings) as hub:
+    # the fail-over is the test's to check: no restart by the hub behind its back
+    with running_hub(testbed, folder, args=args, supervise=False, **settings) as hub:
         pair = Pair(hub, folder, health)
         try:
             yield pair

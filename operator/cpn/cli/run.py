@@ -25,6 +25,10 @@ from cpn.config import load_config
 log = logging.getLogger(__name__)
 
 
+#: Exit status of a replica that lost its Lease (its Deployment starts it again as a standby).
+EXIT_LEADERSHIP_LOST = 3
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="cpn run", description=__doc__)
     parser.add_argument(
@@ -75,7 +79,7 @@ def _lead(namespace: str, duration_s: float) -> None:
 
     def lost() -> None:
         log.error("leadership lost; exiting so a standby can take over")
-        os._exit(3)
+        os._exit(EXIT_LEADERSHIP_LOST)
 
     renewer = Renewer(lease, lost)
     install(renewer)
