@@ -47,6 +47,12 @@ POLICIES = {
         ordering="sjf", levels=(Level(name="big", min_gpus=4), Level(name="rest"))
     ),
     "no-reservation": QueuePolicy(reservation=Reservation(enabled=False)),
+    "head": QueuePolicy(reservation=Reservation(head=True)),
+    "head-quotas-levels": QueuePolicy(
+        reservation=Reservation(head=True, min_gpus=8),
+        levels=(Level(name="big", min_gpus=4), Level(name="rest")),
+        quotas=Quotas(groups=MappingProxyType({"a": GroupQuota(limit=Limit(gpus=6))})),
+    ),
 }
 
 

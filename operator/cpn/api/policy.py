@@ -233,6 +233,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "claim_big": _boolean,
     "drain_after_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
     "drain_ratio": _number(0.0, MAX_WEIGHT),
+    "head": _boolean,
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": _choice(METHODS),

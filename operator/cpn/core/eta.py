@@ -181,6 +181,26 @@ class _Focus:
         self.class_shape = np.array([shapes[shape(j)] for j in self.class_rep], dtype=np.int64)
         self.alive = np.ones(n, dtype=bool)
         self.dominance = not policy.quotas.groups
+        # Whom Reservations._heads passes over: a job the cycle holds as infeasible, one with
+        # no candidate, and (with quotas, per level, group and user) one over its quota. The
+        # first blocked job of each such key is a possible head; the real one is among them.
+        self.has_keys = np.array([bool(keys) for keys in self.class_keys], dtype=bool)
+        self.feasible = np.array(
+            [
+                any(job.allows(k[1]) and capacity.ever_fits(job, k) for k in capacity.groups)
+                for job in self.jobs
+            ],
+            dtype=bool,
+        )
+        who = [(j.group, j.user) if policy.quotas.groups else () for j in self.jobs]
+        codes: dict[tuple[int, tuple[str, ...]], int] = {}
+        self.head_key = np.array(
+            [
+                codes.setdefault((int(lv), w), len(codes))
+                for lv, w in zip(self.level, who, strict=True)
+            ],
+            dtype=np.int64,
+        )
         self.cycles = 0  # plan calls, for tests and benchmarks
         self.whole = 0  # of which over the whole queue
 
@@ -249,15 +269,21 @@ class _Focus:
         present = np.unique(self.class_of[order])
         fit_now = self._fits(capacity, present)
         holders = np.zeros(len(self.jobs), dtype=bool)
+        heads = np.zeros(len(self.jobs), dtype=bool)
         if res.enabled and res.max_reservations > 0:
             fits = np.zeros(len(self.class_rep), dtype=bool)
             fits[list(fit_now)] = True
+            if res.head:
+                # Reservations._heads: per level, the first-ranked job that fits nowhere now
+                cls = self.class_of[order]
+                blocked = order[~fits[cls] & self.has_keys[cls] & self.feasible[order]]
+                heads[blocked[np.unique(self.head_key[blocked], return_index=True)[1]]] = True
             worthy = self.gpus >= res.min_gpus
             max_wait = self.policy.aging.max_wait_s
             if max_wait is not None:
                 worthy |= waited >= max_wait
             claims = (self.gpus >= res.min_gpus) if res.claim_big else np.zeros_like(worthy)
-            holders = eligible & (draining | worthy & (claims | ~fits[self.class_of]))
+            holders = eligible & (draining | heads | worthy & (claims | ~fits[self.class_of]))
         # Possible holders in the order Reservations.reserve_ahead tries them; it stops at
         # max_reservations, so those after the first few matter only when these reserve less.
         ranked = np.flatnonzero(holders)
@@ -266,6 +292,7 @@ class _Focus:
                 (
                     self.key_rank[ranked],
                     self.submit[ranked],
+                    ~heads[ranked],
                     self.gpus[ranked] < res.min_gpus,
                     ~draining[ranked],
                     self.level[ranked],

@@ -112,6 +112,12 @@ class Reservation:
     holder (oldest first) and claims its room whether or not it fits now, so no job
     that would still run at its reserved start is placed there; it starts once
     the jobs running there end (the starvation bound, see docs/policy.md).
+
+    With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
+    each level that fits nowhere at the start of the cycle reserves too, whatever its size
+    or wait (EASY backfilling's rule): jobs ranked below it start only where they do not
+    delay it, so a stream of small jobs cannot keep a job that needs several GPUs on one
+    node from ever seeing them free.
     """
 
     enabled: bool = True
@@ -121,6 +127,7 @@ class Reservation:
     claim_big: bool = True
     drain_after_s: float | None = 300 * 3600.0
     drain_ratio: float = 3.0
+    head: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,7 @@
 """Reservations: room held for blocked big or long-waiting jobs, and backfill around it.
 
-A blocked job that is big (``reservation.min_gpus``), has waited ``aging.max_wait_s``
+A blocked job that is big (``reservation.min_gpus``), heads its level (``head``: the
+first-ranked job that fits nowhere), has waited ``aging.max_wait_s``
 or drains (waited ``drain_after_s`` and ``drain_ratio`` times the mean wait of the
 pending jobs) may reserve the earliest instant and place it fits as running jobs end
 (:meth:`Reservations.reserve`, :meth:`Reservations.reserve_ahead`). Other jobs of the
@@ -58,6 +59,7 @@ class Reservations:
         self.cands_of = cands_of
         self._pending = snapshot.pending
         self.held: list[Reserved] = []
+        self.heads: set[str] = set()  # per level, the first-ranked job that fits nowhere
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
 
@@ -249,14 +251,17 @@ class Reservations:
         res_policy = self.policy.reservation
         if not res_policy.enabled or res_policy.max_reservations <= 0:
             return
+        if res_policy.head:
+            self.heads = self._heads(ranked)
         worthy = [item for item in ranked if self.reserves(item.job)]
-        # Draining jobs first, oldest first; then big jobs (they cannot backfill; small
-        # ones soon find room), then by age.
+        # Draining jobs first, oldest first; then big jobs (they cannot backfill; small ones
+        # soon find room); then each level's head; then by age.
         worthy.sort(
             key=lambda r: (
                 r.level,
                 not self._draining(r.job),
                 r.job.gpus < res_policy.min_gpus,
+                r.job.key not in self.heads,
                 r.job.submit_s,
                 r.job.key,
             )
@@ -277,6 +282,17 @@ class Reservations:
                 continue
             self.reserve(job, job_cands)
 
+    def _heads(self, ranked: Sequence[Ranked]) -> set[str]:
+        """Per level, the first-ranked job within its quota that fits nowhere now."""
+        heads: dict[int, str] = {}
+        for item in ranked:
+            if item.level in heads or self.quota.exceeds(item.job):
+                continue
+            cands = self.cands_of(item.job)
+            if cands and all(self.capacity.fit(item.job, c.key) is None for c in cands):
+                heads[item.level] = item.job.key
+        return set(heads.values())
+
     def waited(self, job: Job) -> float:
         """Time ``job`` has spent waiting: since it was submitted, less what it ran before
         (a preempted job's running time is not waiting; nor is a running job's)."""
@@ -292,6 +308,7 @@ class Reservations:
         max_wait = self.policy.aging.max_wait_s
         return (
             job.gpus >= res_policy.min_gpus
+            or job.key in self.heads
             or (max_wait is not None and self.waited(job) >= max_wait)
             or self._draining(job)
         )
