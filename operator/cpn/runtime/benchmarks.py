@@ -135,12 +135,14 @@ class Benchmarking(Dispatching):
         Succeeded result of each node the members have now, judged again when results or
         nodes changed: each member's slow nodes for its ``SlowNodes`` condition, and one
         Warning Event ``SlowNode`` per GPUBenchmark and model found slow."""
-        nodes = frozenset((n.cluster, n.name) for c in snapshot.clusters for n in c.nodes)
         done = [
             (name, body)
             for name, body in self.benchmarks.items()
             if api.phase_of(body) == core.SUCCEEDED
         ]
+        if not done and not self.slow_nodes:
+            return  # nothing measured: nothing slow, nothing to write
+        nodes = frozenset((n.cluster, n.name) for c in snapshot.clusters for n in c.nodes)
         basis = (
             nodes,
             frozenset((n, (b.get("status") or {}).get("completionTime")) for n, b in done),
@@ -150,9 +152,9 @@ class Benchmarking(Dispatching):
         self._speeds_judged = basis
         rates = [r for _, body in sorted(done, key=_finished) for r in api.node_rates(body)]
         slow = core.slow_nodes(r for r in rates if (r.cluster, r.node) in nodes)
-        verdict = {
-            c.name: tuple(s for s in slow if s.rate.cluster == c.name) for c in snapshot.clusters
-        }
+        verdict: dict[str, tuple[core.SlowNode, ...]] = {}
+        for found in slow:
+            verdict[found.rate.cluster] = (*verdict.get(found.rate.cluster, ()), found)
         for found in slow:
             told = (found.rate.source, found.rate.model)
             body = self.benchmarks.get(found.rate.source)

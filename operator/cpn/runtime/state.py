@@ -110,8 +110,8 @@ class RuntimeState:
         self.benchmarks_listed = False
         self._bench_busy: set[str] = set()
         self._bench_preempted: set[str] = set()  # whose deleted Job may still be seen
-        # the slow-node rule's verdict per member (core.benchmarks.slow_nodes), for the
-        # MemberClusters' SlowNodes condition, and what it was judged on
+        # the slow-node rule's verdict: the members with slow nodes (core.benchmarks.
+        # slow_nodes), for the MemberClusters' SlowNodes condition, and what it was judged on
         self.slow_nodes: dict[str, tuple[SlowNode, ...]] = {}
         self._speeds_judged: object = None
         self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
