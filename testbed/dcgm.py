@@ -29,7 +29,9 @@ would print on its node's GPU type, drawn from the bed's truth (``samples_per_s`
 GPU model in ``nodes.yaml``), as annotation ``testbed.cpn.io/termination-message``, and
 ``testbed.cpn.io/finish-at`` two seconds per model later; kwok's ``pod-succeed`` stage then
 ends the pod with that text as its containers' termination message. A node annotated
-``testbed.cpn.io/benchmark-message`` hands out that text instead, as is.
+``testbed.cpn.io/benchmark-message`` hands out that text instead, as is; one annotated
+``testbed.cpn.io/benchmark-speed`` reports the truth times that factor (a slow node), and
+``testbed.cpn.io/benchmark-seconds`` sets the seconds per model (a long benchmark).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ from prometheus_client.registry import Collector
 from testbed.spec import (
     BENCHMARK_LABEL,
     BENCHMARK_MESSAGE_ANNOTATION,
+    BENCHMARK_SECONDS_ANNOTATION,
     BENCHMARK_SECONDS_PER_MODEL,
+    BENCHMARK_SPEED_ANNOTATION,
     FINISH_AT_ANNOTATION,
     GPU_MEM_FRACTION_ANNOTATION,
     GPU_RESOURCE,
@@ -96,6 +100,8 @@ class NodeInfo:
     cpus: int
     memory_bytes: float
     benchmark_message: str | None = None
+    benchmark_speed: float = 1.0
+    benchmark_seconds: float = BENCHMARK_SECONDS_PER_MODEL
 
 
 @dataclass(slots=True, kw_only=True)
@@ -149,7 +155,20 @@ def node_from_object(obj: dict[str, Any]) -> NodeInfo | None:
         cpus=max(1, int(parse_quantity(capacity.get("cpu")) or 1)),
         memory_bytes=parse_quantity(capacity.get("memory")),
         benchmark_message=ann.get(BENCHMARK_MESSAGE_ANNOTATION),
+        benchmark_speed=_positive(ann.get(BENCHMARK_SPEED_ANNOTATION), 1.0),
+        benchmark_seconds=_positive(
+            ann.get(BENCHMARK_SECONDS_ANNOTATION), BENCHMARK_SECONDS_PER_MODEL
+        ),
     )
+
+
+def _positive(text: str | None, default: float) -> float:
+    """A node annotation's positive finite number; ``default`` when absent or not one."""
+    try:
+        value = float(text) if text is not None else default
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value > 0 else default
 
 
 def pod_from_object(obj: dict[str, Any]) -> PodInfo | None:
@@ -220,11 +239,11 @@ def benchmark_annotations(
     if node.benchmark_message is not None:
         message = node.benchmark_message
     elif node.model_name in gpus:
-        doc = benchmark_result(gpus[node.model_name], models, node.name)
+        doc = benchmark_result(gpus[node.model_name], models, node.name, node.benchmark_speed)
         message = json.dumps(doc, separators=(",", ":"))
     else:
         message = ""  # a GPU type the bed has no truth for: no result, as a crash leaves
-    end = now_s + BENCHMARK_SECONDS_PER_MODEL * len(models)
+    end = now_s + node.benchmark_seconds * len(models)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end)) + f".{int(end * 1000) % 1000:03d}Z"
     return {TERMINATION_MESSAGE_ANNOTATION: message[:4096], FINISH_AT_ANNOTATION: stamp}
 

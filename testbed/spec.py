@@ -40,6 +40,12 @@ TERMINATION_MESSAGE_ANNOTATION = "testbed.cpn.io/termination-message"
 #: node annotation: the termination message every benchmark pod on that node leaves, as is
 #: (a test's way to hand the operator a malformed result)
 BENCHMARK_MESSAGE_ANNOTATION = "testbed.cpn.io/benchmark-message"
+#: node annotation: a factor on the truth's samples/s of every benchmark pod on that node
+#: (a slow node: "0.5" reports half of its GPU type's truth)
+BENCHMARK_SPEED_ANNOTATION = "testbed.cpn.io/benchmark-speed"
+#: node annotation: seconds a benchmark pod on that node runs per model (a long benchmark,
+#: for a user job to preempt)
+BENCHMARK_SECONDS_ANNOTATION = "testbed.cpn.io/benchmark-seconds"
 #: seconds a simulated benchmark pod runs per model
 BENCHMARK_SECONDS_PER_MODEL = 2
 #: the benchmark workload's batch size per model on a GPU (workloads/cpn_workloads/models.py)
@@ -252,13 +258,17 @@ def _rates(raw: Any, where: str) -> dict[str, float]:
     return out
 
 
-def benchmark_result(gpu: GpuModel, models: list[str], node: str) -> dict[str, Any]:
+def benchmark_result(
+    gpu: GpuModel, models: list[str], node: str, speed: float = 1.0
+) -> dict[str, Any]:
     """The result document the benchmark workload would print on a GPU of ``gpu``, with the
-    bed's truth as its samples/s (a model the truth lacks is reported as failed)."""
+    bed's truth times ``speed`` as its samples/s (a model the truth lacks is reported as
+    failed)."""
     results: list[dict[str, Any]] = []
     for model in models:
-        rate = gpu.samples_per_s.get(model)
+        truth = gpu.samples_per_s.get(model)
         batch = WORKLOAD_BATCH.get(model, 1)
+        rate = truth if truth is None or speed == 1 else round(truth * speed, 6)
         if rate is None:
             results.append({"model": model, "error": f"no truth for {model} on {gpu.key}"})
             continue

@@ -32,6 +32,7 @@ COVERED = {
     "operator/cpn/sim/compare.py": ["simulate philly"],
     "operator/cpn/cli/replay.py": ["replay"],
     "operator/cpn/cli/explain.py": ["explain --log"],
+    "operator/cpn/cli/benchmark.py": ["e2e: benchmark run (tests/e2e/test_benchmark_ops.py)"],
     "predictor/cli.py": ["predictor predict", "predictor evaluate"],
     "testbed/cli.py": ["testbed status"],
     "bench/bench_cycle.py": ["bench_cycle"],

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from testbed.dcgm import NodeInfo, benchmark_annotations
+from testbed.dcgm import NodeInfo, benchmark_annotations, node_from_object
 from testbed.spec import (
+    BENCHMARK_SECONDS_ANNOTATION,
+    BENCHMARK_SPEED_ANNOTATION,
     FINISH_AT_ANNOTATION,
     TERMINATION_MESSAGE_ANNOTATION,
+    NodeSpec,
     SpecError,
     load_spec,
     parse_spec,
@@ -96,6 +99,34 @@ def test_a_node_override_is_handed_out_as_is_and_unknown_types_leave_nothing() -
     assert bad is not None and bad[TERMINATION_MESSAGE_ANNOTATION] == "{not json"
     unknown = benchmark_annotations(pod(), node(product="NVIDIA B200"), GPUS, now_s=0.0)
     assert unknown is not None and unknown[TERMINATION_MESSAGE_ANNOTATION] == ""
+
+
+def annotated(**notes: str) -> NodeInfo:
+    """What the simulator reads of an H100 node manifest carrying ``notes``."""
+    gpu = next(g for g in SPEC.gpu_models if g.key == "H100-80GB")
+    manifest = NodeSpec(name="h100-0", gpu_model=gpu, gpus=8, cpu=96, memory_gib=1024).manifest()
+    manifest["metadata"]["annotations"].update(notes)
+    manifest["status"] = {"capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}
+    info = node_from_object(manifest)
+    assert info is not None
+    return info
+
+
+def test_a_node_can_be_slower_than_the_truth_and_its_benchmarks_longer() -> None:
+    """benchmark-speed scales the truth (a slow node), benchmark-seconds the run per model;
+    a value that is not a positive number is ignored."""
+    slow = annotated(**{BENCHMARK_SPEED_ANNOTATION: "0.5", BENCHMARK_SECONDS_ANNOTATION: "60"})
+    notes = benchmark_annotations(pod(), slow, GPUS, now_s=1_700_000_000.0)
+    assert notes is not None
+    doc = json.loads(notes[TERMINATION_MESSAGE_ANNOTATION])
+    rates = {r["model"]: r["samples_per_s"] for r in doc["results"]}
+    assert rates == {"resnet50": 1355, "yolov8m": 274}
+    step = next(r["step_s"]["p50"] for r in doc["results"] if r["model"] == "resnet50")
+    assert step == pytest.approx(64 / 1355, rel=1e-4)  # rounded to microseconds
+    assert notes[FINISH_AT_ANNOTATION] == "2023-11-14T22:15:20.000Z"  # 60 s per model later
+    for bad in ("-1", "zero", "nan"):
+        plain = annotated(**{BENCHMARK_SPEED_ANNOTATION: bad, BENCHMARK_SECONDS_ANNOTATION: bad})
+        assert (plain.benchmark_speed, plain.benchmark_seconds) == (1.0, 2)
 
 
 @pytest.mark.parametrize(

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cpn.core.benchmarks import (
     DAY_S,
     BadResult,
     Known,
+    NodeRate,
     NodeSeen,
     free_after,
+    preempting,
     read_result,
+    slow_nodes,
     start_verdict,
     to_create,
+    waiting,
     waiting_for,
 )
 from cpn.core.model import CyclePlan, Hold, Start, WaitReason
@@ -177,3 +184,105 @@ def test_free_after_takes_the_cycles_starts_and_waiting_for_counts_jobs_that_may
     assert waiting_for(snap, plan, "H100-80GB") == 1
     assert waiting_for(snap, plan, "V100-32GB") == 2
     assert waiting_for(snap, CyclePlan(), "H100-80GB") == 0
+    counts = waiting(snap, plan)  # once per cycle, for every type
+    assert (counts.waiting_for("H100-80GB"), counts.waiting_for("V100-32GB")) == (1, 2)
+    assert counts.waiting_for("K80") == 1
+
+
+H100 = "H100-80GB"
+
+
+def held(key: str, reason: WaitReason = WaitReason.Capacity, position: int = 1) -> Hold:
+    return Hold(job_key=key, reason=reason, message="", position=position)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "holds", "free", "expected"),
+    [
+        # 8 GPUs per worker, 7 free with the benchmark's taken: it lacks exactly that GPU
+        ([job("big", gpus=8)], [held("big")], 7.0, "big"),
+        # 8 needed, 6 free: the benchmark's GPU is not enough, so it is not stopped
+        ([job("big", gpus=8)], [held("big")], 6.0, None),
+        # it fits without the benchmark's GPU: what it waits for is something else
+        ([job("small", gpus=2)], [held("small")], 7.0, None),
+        # waiting for quota, back-off, or suspended: GPUs are not what it lacks
+        ([job("q", gpus=8)], [held("q", WaitReason.Quota)], 7.0, None),
+        ([job("b", gpus=8)], [held("b", WaitReason.Backoff)], 7.0, None),
+        ([job("s", gpus=8)], [held("s", WaitReason.Suspended)], 7.0, None),
+        # a job that may not run on the node's GPU type
+        ([job("v", gpus=8, gpu_types=frozenset({"V100-32GB"}))], [held("v")], 7.0, None),
+        ([job("h", gpus=8, gpu_types=frozenset({H100}))], [held("h")], 7.0, "h"),
+        # the first in queue order names it
+        (
+            [job("one", gpus=8), job("two", gpus=8)],
+            [held("two", position=1), held("one", position=2)],
+            7.0,
+            "two",
+        ),
+        # per worker: 2 workers x 8 GPUs, one worker fits with the benchmark's GPU
+        ([job("w", gpus=8, workers=2)], [held("w", WaitReason.Priority)], 7.0, "w"),
+        # nothing known of the node
+        ([job("big", gpus=8)], [held("big")], None, None),
+    ],
+)
+def test_preemption_rule(
+    jobs: list[Any], holds: list[Hold], free: float | None, expected: str | None
+) -> None:
+    snap = snapshot(jobs=jobs, clusters=[cluster("b", nodes("b", 1, gpu_type=H100))])
+    plan = CyclePlan(holds=tuple(holds))
+    assert preempting(snap, plan, gpu_type=H100, node_free_gpus=free) == expected
+
+
+def rate(node: str, value: float, *, gpu: str = H100, model: str = "resnet50") -> NodeRate:
+    return NodeRate(
+        cluster="a", node=node, gpu_type=gpu, model=model, samples_per_s=value, source=f"b-{node}"
+    )
+
+
+def test_slow_node_rule_flags_a_node_well_below_its_peers_median() -> None:
+    rates = [rate("h0", 2710), rate("h1", 2700), rate("h2", 1355), rate("h3", 2400)]
+    (slow,) = slow_nodes(rates)
+    assert (slow.rate.node, slow.rate.model, slow.peers) == ("h2", "resnet50", 3)
+    assert slow.rate.source == "b-h2"
+    assert slow.peers_median == 2700 and slow.ratio == pytest.approx(1355 / 2700)
+    # 2400 is 0.89x the median of 2705 (h0, h1) and 1355: not slow at 0.85, slow at 0.9
+    assert [s.rate.node for s in slow_nodes(rates, ratio=0.9)] == ["h2", "h3"]
+
+
+@pytest.mark.parametrize(
+    ("rates", "slow"),
+    [
+        ([rate("h0", 2710), rate("h1", 1000)], []),  # one peer is not enough
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 1000, gpu="A100-80GB")], []),
+        # other models are other peers
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 100, model="yolov8m")], []),
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 2710 * 0.85)], []),  # at the bound
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 2710 * 0.84)], ["h2"]),
+        # a node's later result replaces its earlier one
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 1000), rate("h2", 2700)], []),
+        ([rate("h0", 2710), rate("h1", 2710), rate("h2", 2700), rate("h2", 1000)], ["h2"]),
+    ],
+)
+def test_slow_node_rule_cases(rates: list[NodeRate], slow: list[str]) -> None:
+    assert [s.rate.node for s in slow_nodes(rates)] == slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(min_value=1, max_value=1e5), min_size=1, max_size=12),
+    st.floats(min_value=0.1, max_value=1.0),
+)
+def test_slow_node_rule_properties(values: list[float], ratio: float) -> None:
+    """Exactly the nodes below ratio x the median of the others (with 2 others or more)
+    are flagged, each with its ratio below the bound; doubling every rate changes
+    nothing (the rule is relative)."""
+    rates = [rate(f"n{i}", v) for i, v in enumerate(values)]
+    flagged = {s.rate.node: s for s in slow_nodes(rates, ratio=ratio)}
+    for i, v in enumerate(values):
+        others = values[:i] + values[i + 1 :]
+        expect = len(others) >= 2 and v < ratio * statistics.median(others)
+        assert (f"n{i}" in flagged) == expect
+        if expect:
+            assert flagged[f"n{i}"].ratio < ratio
+    doubled = [rate(f"n{i}", v * 2) for i, v in enumerate(values)]  # exact in floats
+    assert {s.rate.node for s in slow_nodes(doubled, ratio=ratio)} == set(flagged)

@@ -53,6 +53,10 @@ class FakeHub:
             raise self.fail_with
         self.patches.append((namespace, name, dict(patch)))
 
+    def patch_benchmark_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Recorded as ("", name, status), as AIJob status patches are."""
+        self.patches.append(("", name, dict(status)))
+
 
 @dataclass
 class FakeMemberInfo:
@@ -86,6 +90,9 @@ class FakeMember:
         if self.fail_delete_with is not None:
             raise self.fail_delete_with
         self.deleted.append(name)
+
+    def synced(self) -> bool:
+        return True
 
     def stop(self) -> None:
         self.stopped = True

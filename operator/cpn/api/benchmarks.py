@@ -10,7 +10,7 @@ from typing import Any
 from cpn.api import constants as k
 from cpn.api.aijob import parse_time
 from cpn.api.status import rfc3339
-from cpn.core.benchmarks import PENDING, BenchResult, Known, ModelResult
+from cpn.core.benchmarks import PENDING, BenchResult, Known, ModelResult, NodeRate, SlowNode
 from cpn.core.policy import Benchmarks
 from predictor.history import BenchmarkRecord
 
@@ -80,6 +80,26 @@ def new_benchmark(cluster: str, node: str) -> dict[str, Any]:
             "labels": {k.LABEL_MANAGED: k.MANAGED_BY},
         },
         "spec": {"cluster": cluster, "node": node},
+    }
+
+
+def requested_benchmark(
+    cluster: str, node: str, *, models: tuple[str, ...] = (), budget_s: float | None = None
+) -> dict[str, Any]:
+    """A GPUBenchmark an admin asks for (``cpn benchmark run``): named by the hub from
+    ``<cluster>-<node>-``, so a node can be measured again; the policy's models and budget
+    unless given."""
+    spec: dict[str, Any] = {"cluster": cluster, "node": node}
+    if models:
+        spec["models"] = list(models)
+    if budget_s is not None:
+        spec["budgetSeconds"] = budget_s
+    prefix = benchmark_name(cluster, node)[: _MAX_NAME - len("cpn-bench-") - 6].rstrip("-.")
+    return {
+        "apiVersion": f"{k.GROUP}/{k.VERSION}",
+        "kind": "GPUBenchmark",
+        "metadata": {"generateName": f"{prefix}-", "labels": {k.LABEL_MANAGED: k.MANAGED_BY}},
+        "spec": spec,
     }
 
 
@@ -235,3 +255,36 @@ def recalled(body: Mapping[str, Any]) -> list[BenchmarkRecord]:
             )
         )
     return out
+
+
+def node_rates(body: Mapping[str, Any]) -> list[NodeRate]:
+    """The samples/s per model of a Succeeded GPUBenchmark, for the slow-node rule."""
+    status, spec = body.get("status") or {}, body.get("spec") or {}
+    if status.get("phase") != "Succeeded":
+        return []
+    out = []
+    for row in status.get("results") or []:
+        rate = row.get("samplesPerSecond")
+        if not row.get("model") or isinstance(rate, bool) or not isinstance(rate, int | float):
+            continue
+        out.append(
+            NodeRate(
+                cluster=str(spec.get("cluster", "")),
+                node=str(spec.get("node", "")),
+                gpu_type=str(status.get("gpuType") or ""),
+                model=str(row["model"]),
+                samples_per_s=float(rate),
+                source=str(body["metadata"]["name"]),
+            )
+        )
+    return out
+
+
+def slow_message(slow: SlowNode) -> str:
+    """One slow node in words: ``<node> resnet50 1355/s, 0.50x the median 2710/s of 2 other
+    H100-80GB nodes``."""
+    rate = slow.rate
+    return (
+        f"{rate.node} {rate.model} {rate.samples_per_s:g}/s, {slow.ratio:.2f}x the median "
+        f"{slow.peers_median:g}/s of {slow.peers} other {rate.gpu_type} nodes"
+    )

@@ -65,3 +65,5 @@ COND_FINISHED: Final = "Finished"
 COND_QUEUE_KNOWN: Final = "QueueKnown"
 COND_READY: Final = "Ready"  # MemberCluster
 COND_METRICS: Final = "MetricsFresh"  # MemberCluster
+#: MemberCluster: nodes whose GPU benchmark is well below their peers' (core.benchmarks.slow_nodes)
+COND_SLOW_NODES: Final = "SlowNodes"

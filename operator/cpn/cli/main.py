@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cpn.cli.run", "run the operator against the current kubeconfig's cluster (the hub)"),
     "demo": ("cpn.cli.demo", "the whole product on the local test bed: a batch of AIJobs, live"),
     "explain": ("cpn.cli.explain", "why a job waits or went where it went (--log: replay)"),
+    "benchmark": ("cpn.cli.benchmark", "benchmark run: measure a member's GPU nodes now"),
     "queue": ("cpn.cli.queue", "the queue across clusters: position, ETA and why each job waits"),
     "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),

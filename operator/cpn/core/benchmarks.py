@@ -8,8 +8,14 @@ Pure decisions, table-tested (``tests/core/test_benchmarks.py``); the runtime
 - :func:`start_verdict`: **the rule** a benchmark's Job starts by. A benchmark sits at the
   lowest level of the queue: it starts only when no AIJob that may run on its node's GPU
   type is left waiting by the cycle (:func:`waiting_for`) and its node has a free GPU once
-  the cycle's starts took theirs (:func:`free_after`); it takes one GPU. (A user job that
-  arrives later does not preempt it.)
+  the cycle's starts took theirs (:func:`free_after`); it takes one GPU.
+- :func:`preempting`: **the preemption rule**. A running benchmark gives its GPU back as
+  soon as a cycle leaves waiting, for room (:data:`ROOM_REASONS`), an AIJob that may run on
+  its node's GPU type and one of whose workers would fit on that node's free GPUs with the
+  benchmark's GPU but not without it.
+- :func:`slow_nodes`: **the slow-node rule**. A node whose latest samples/s for a model is
+  below :data:`SLOW_RATIO` times the median of the latest results of that model on at
+  least :data:`SLOW_MIN_PEERS` other nodes of its GPU type is slow.
 - :func:`read_result`: the benchmark pod's termination message, checked. Anything
   malformed or absurd raises :class:`BadResult` with a reason and a message, so that it
   never reaches the predictor.
@@ -19,12 +25,13 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from cpn.core.model import CyclePlan, Snapshot
+from cpn.core.model import CyclePlan, Snapshot, WaitReason
 
 #: the ``kind`` and ``schema`` of the workload program's result document
 RESULT_KIND = "cpn.io/gpu-benchmark"
@@ -276,12 +283,140 @@ def free_after(snapshot: Snapshot, plan: CyclePlan) -> dict[tuple[str, str], flo
     return free
 
 
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The AIJobs a cycle left waiting, counted once per cycle for every GPU type: those
+    that name no GPU type wait for every type, the others for the types they name."""
+
+    any_type: int = 0
+    by_type: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def waiting_for(self, gpu_type: str) -> int:
+        """How many of them may run on ``gpu_type``: the user jobs a benchmark must not
+        delay."""
+        return self.any_type + self.by_type.get(gpu_type, 0)
+
+
+def waiting(snapshot: Snapshot, plan: CyclePlan) -> Waiting:
+    """Count the AIJobs ``plan`` left waiting, per GPU type they may run on."""
+    allowed = {j.key: j.gpu_types for j in snapshot.pending}
+    any_type = 0
+    by_type: dict[str, int] = {}
+    for hold in plan.holds:
+        types = allowed.get(hold.job_key)
+        if not types:
+            any_type += 1
+            continue
+        for gpu_type in types:
+            by_type[gpu_type] = by_type.get(gpu_type, 0) + 1
+    return Waiting(any_type, MappingProxyType(by_type))
+
+
 def waiting_for(snapshot: Snapshot, plan: CyclePlan, gpu_type: str) -> int:
     """How many AIJobs the cycle left waiting that may run on ``gpu_type`` (a job that names
-    only other GPU types does not wait for it): the user jobs a benchmark must not delay."""
-    allowed = {j.key: j.gpu_types for j in snapshot.pending}
-    return sum(
-        1
-        for hold in plan.holds
-        if not allowed.get(hold.job_key) or gpu_type in allowed.get(hold.job_key, frozenset())
-    )
+    only other GPU types does not wait for it). One type; :func:`waiting` counts them all."""
+    return waiting(snapshot, plan).waiting_for(gpu_type)
+
+
+#: wait reasons of a job that lacks room (not quota, back-off, suspension, the window...)
+ROOM_REASONS = frozenset(
+    {WaitReason.Capacity, WaitReason.Priority, WaitReason.Reservation, WaitReason.Waiting}
+)
+#: GPUs a benchmark takes on its node
+BENCHMARK_GPUS = 1.0
+
+
+def preempting(
+    snapshot: Snapshot,
+    plan: CyclePlan,
+    *,
+    gpu_type: str,
+    node_free_gpus: float | None,
+) -> str | None:
+    """The rule a running benchmark is preempted by: the key of the first AIJob (in queue
+    order) the cycle left waiting for room (:data:`ROOM_REASONS`) that may run on
+    ``gpu_type`` (the benchmark's node's) and one of whose workers fits on the node's free
+    GPUs once the benchmark's GPU is back, but not on them alone (``node_free_gpus``: free
+    on its node after the cycle's starts, the benchmark's GPU counted taken). None when no
+    such job waits: the benchmark runs on. GPUs only: CPU and memory are not weighed."""
+    if node_free_gpus is None or not gpu_type:
+        return None
+    free = max(node_free_gpus, 0.0)
+    pending = {j.key: j for j in snapshot.pending}
+    holds = sorted(plan.holds, key=lambda h: (h.position or 1 << 30, h.job_key))
+    for hold in holds:
+        job = pending.get(hold.job_key)
+        if job is None or hold.reason not in ROOM_REASONS:
+            continue
+        per_worker = job.gpus / max(job.workers, 1)  # a fraction when GPUs are shared
+        if job.allows(gpu_type) and free < per_worker <= free + BENCHMARK_GPUS:
+            return job.key
+    return None
+
+
+#: a node is slow below this fraction of its peers' median samples/s
+SLOW_RATIO = 0.85
+#: how many other nodes of its GPU type must have a result of the model
+SLOW_MIN_PEERS = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRate:
+    """One node's latest benchmark result of one model (``source``: its GPUBenchmark)."""
+
+    cluster: str
+    node: str
+    gpu_type: str
+    model: str
+    samples_per_s: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlowNode:
+    """A node's result the slow-node rule flags: its peers' median samples/s of the model,
+    the ratio of the two, and how many peers the median is of."""
+
+    rate: NodeRate
+    peers_median: float
+    ratio: float
+    peers: int
+
+
+def slow_nodes(
+    rates: Iterable[NodeRate],
+    *,
+    ratio: float = SLOW_RATIO,
+    min_peers: int = SLOW_MIN_PEERS,
+) -> list[SlowNode]:
+    """The rule: a node is slow for a model when its samples/s is below ``ratio`` times the
+    median of the samples/s of that model on at least ``min_peers`` *other* nodes of its
+    GPU type (each node's latest result; give one :class:`NodeRate` per node and model,
+    a later one of the same node and model replaces an earlier one). Sorted by cluster,
+    node, model."""
+    latest: dict[tuple[str, str, str], NodeRate] = {}
+    for rate in rates:
+        if rate.samples_per_s > 0 and math.isfinite(rate.samples_per_s) and rate.gpu_type:
+            latest[(rate.cluster, rate.node, rate.model)] = rate
+    groups: dict[tuple[str, str], list[NodeRate]] = {}
+    for rate in latest.values():
+        groups.setdefault((rate.gpu_type, rate.model), []).append(rate)
+    out: list[SlowNode] = []
+    for group in groups.values():
+        for rate in group:
+            peers = [
+                p.samples_per_s for p in group if (p.cluster, p.node) != (rate.cluster, rate.node)
+            ]
+            if len(peers) < min_peers:
+                continue
+            median = statistics.median(peers)
+            if rate.samples_per_s < ratio * median:
+                out.append(
+                    SlowNode(
+                        rate=rate,
+                        peers_median=median,
+                        ratio=rate.samples_per_s / median,
+                        peers=len(peers),
+                    )
+                )
+    return sorted(out, key=lambda s: (s.rate.cluster, s.rate.node, s.rate.model))

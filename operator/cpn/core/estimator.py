@@ -6,13 +6,14 @@ operator and the simulator take any :class:`Estimator`: the simulator's
 oracle/noisy/user/history estimators, or the learned predictor. Every member is
 part of the protocol (callers never probe for one); a class that inherits
 :class:`Estimator` explicitly gets the defaults of ``learns``,
-:meth:`~Estimator.estimate_many` and :meth:`~Estimator.knowledge_version`.
+:meth:`~Estimator.estimate_many`, :meth:`~Estimator.knowledge_version` and
+:meth:`~Estimator.learn_benchmarks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from cpn.core.model import Estimate, Job
 
@@ -40,3 +41,9 @@ class Estimator(Protocol):
         """What changes when the estimator's knowledge changed beyond the jobs it observed
         (the predictor retrained: every estimate may change); None when nothing does."""
         return None
+
+    def learn_benchmarks(self, records: Sequence[Any], *, keep: bool = True) -> int:
+        """Learn from measured GPU throughputs (a GPUBenchmark's rows, the predictor's
+        ``BenchmarkRecord``); ``keep`` also stores them. How many rows were taken: 0 for an
+        estimator that learns nothing from benchmarks (the default). Never raises."""
+        return 0

@@ -27,6 +27,9 @@ from cpn.runtime.ports import Member, describe
 
 log = logging.getLogger(__name__)
 
+#: reason (and Event) of a GPUBenchmark whose Job a user job's need stopped
+PREEMPTED = "PreemptedByUserJob"
+
 
 class Benchmarking(Dispatching):
     """GPUBenchmarks: watched, created, started, followed, learned from."""
@@ -56,11 +59,8 @@ class Benchmarking(Dispatching):
         self.kick()
 
     def _teach(self, rows: list[Any], *, keep: bool) -> int:
-        learn: Callable[..., int] | None = getattr(self.estimator, "learn_benchmarks", None)
-        if learn is None:
-            return 0
         try:
-            taken = learn(rows, keep=keep)
+            taken = self.estimator.learn_benchmarks(rows, keep=keep)
         except Exception:
             log.exception("predictor failed to learn from benchmarks")
             return 0
@@ -85,37 +85,86 @@ class Benchmarking(Dispatching):
         self.loop.create_task(run())
 
     def benchmarks_after_cycle(self, snapshot: Snapshot, plan: CyclePlan) -> None:
-        """Create the GPUBenchmarks the policy asks for; start, follow and finish the others."""
+        """Create the GPUBenchmarks the policy asks for; start, preempt, follow and finish
+        the others; flag slow nodes when results changed."""
         if not self.benchmarks_listed:
             return
-        policy = self.store.policy.benchmarks
-        if policy.enabled:
-            seen = [
-                core.NodeSeen(cluster=n.cluster, node=n.name, gpu_type=n.gpu_type)
-                for c in snapshot.clusters
-                for n in c.nodes
-            ]
-            known = [api.known_of(b) for b in self.benchmarks.values()]
-            for node in core.to_create(
-                seen, known, now_s=self.clock.wall(), max_age_days=policy.max_age_days
-            ):
-                new = api.new_benchmark(node.cluster, node.node)
-                if new["metadata"]["name"] not in self.benchmarks:
-                    self.benchmarks[new["metadata"]["name"]] = new  # assumed until watched
-                    self._bench_call(new["metadata"]["name"], self._create_benchmark, new)
+        if self.store.policy.benchmarks.enabled:
+            self._create_wanted(snapshot)
+        self._judge_speeds(snapshot)
+        open_ = [
+            (name, body, phase)
+            for name, body in list(self.benchmarks.items())
+            if (body.get("metadata") or {}).get("uid")  # created (not only assumed)
+            and (phase := api.phase_of(body)) in (core.PENDING, core.RUNNING)
+        ]
+        if not open_:
+            return
         free = core.free_after(snapshot, plan)
         types = {(n.cluster, n.name): n.gpu_type for c in snapshot.clusters for n in c.nodes}
-        for name, body in list(self.benchmarks.items()):
-            phase = api.phase_of(body)
-            if not (body.get("metadata") or {}).get("uid"):
-                continue  # not created yet
+        waiting = core.waiting(snapshot, plan)
+        for name, body, phase in open_:
+            spec = body.get("spec") or {}
+            where = (str(spec.get("cluster", "")), str(spec.get("node", "")))
+            gpu_type = types.get(where, "")
             if phase == core.PENDING:
-                spec = body.get("spec") or {}
-                gpu_type = types.get((spec.get("cluster", ""), spec.get("node", "")), "")
-                waiting = core.waiting_for(snapshot, plan, gpu_type)
-                self._maybe_start(body, free, types, waiting)
-            elif phase == core.RUNNING:
+                self._maybe_start(body, free, types, waiting.waiting_for(gpu_type))
+                continue
+            who = core.preempting(snapshot, plan, gpu_type=gpu_type, node_free_gpus=free.get(where))
+            if who is None or not self._maybe_preempt(name, body, who):
                 self._bench_follow(name, body)
+
+    def _create_wanted(self, snapshot: Snapshot) -> None:
+        seen = [
+            core.NodeSeen(cluster=n.cluster, node=n.name, gpu_type=n.gpu_type)
+            for c in snapshot.clusters
+            for n in c.nodes
+        ]
+        known = [api.known_of(b) for b in self.benchmarks.values()]
+        policy = self.store.policy.benchmarks
+        for node in core.to_create(
+            seen, known, now_s=self.clock.wall(), max_age_days=policy.max_age_days
+        ):
+            new = api.new_benchmark(node.cluster, node.node)
+            if new["metadata"]["name"] not in self.benchmarks:
+                self.benchmarks[new["metadata"]["name"]] = new  # assumed until watched
+                self._bench_call(new["metadata"]["name"], self._create_benchmark, new)
+
+    def _judge_speeds(self, snapshot: Snapshot) -> None:
+        """The slow-node rule (:func:`cpn.core.benchmarks.slow_nodes`) over the latest
+        Succeeded result of each node the members have now, judged again when results or
+        nodes changed: each member's slow nodes for its ``SlowNodes`` condition, and one
+        Warning Event ``SlowNode`` per GPUBenchmark and model found slow."""
+        done = [
+            (name, body)
+            for name, body in self.benchmarks.items()
+            if api.phase_of(body) == core.SUCCEEDED
+        ]
+        if not done and not self.slow_nodes:
+            return  # nothing measured: nothing slow, nothing to write
+        nodes = frozenset((n.cluster, n.name) for c in snapshot.clusters for n in c.nodes)
+        basis = (
+            nodes,
+            frozenset((n, (b.get("status") or {}).get("completionTime")) for n, b in done),
+        )
+        if basis == self._speeds_judged:
+            return
+        self._speeds_judged = basis
+        rates = [r for _, body in sorted(done, key=_finished) for r in api.node_rates(body)]
+        slow = core.slow_nodes(r for r in rates if (r.cluster, r.node) in nodes)
+        verdict: dict[str, tuple[core.SlowNode, ...]] = {}
+        for found in slow:
+            verdict[found.rate.cluster] = (*verdict.get(found.rate.cluster, ()), found)
+        for found in slow:
+            told = (found.rate.source, found.rate.model)
+            body = self.benchmarks.get(found.rate.source)
+            if told in self._slow_told or body is None:
+                continue
+            self._slow_told.add(told)
+            self.post_event(body, "SlowNode", api.slow_message(found), True)
+        if verdict != self.slow_nodes:
+            self.slow_nodes = verdict
+            self._write_all_soon()  # the members' SlowNodes condition
 
     async def _create_benchmark(self, body: Mapping[str, Any]) -> None:
         try:
@@ -134,7 +183,12 @@ class Benchmarking(Dispatching):
         spec = api.read_spec(body, self.store.policy.benchmarks)
         member = self.members.get(spec.cluster)
         ready = member is not None and self.member_status.get(spec.cluster, (False, ""))[0]
-        if member is not None and api.job_name(spec.name) in member.jobs:
+        job = member.jobs.get(api.job_name(spec.name)) if member is not None else None
+        if job is not None and (spec.name in self._bench_preempted or _deleting(job)):
+            return  # its preempted Job is still going away: not adopted, not made again
+        if member is not None and member.synced():
+            self._bench_preempted.discard(spec.name)
+        if job is not None:
             verdict = core.Verdict(start=True)  # created before a restart: follow it
         else:
             verdict = core.start_verdict(
@@ -144,6 +198,9 @@ class Benchmarking(Dispatching):
                 member_ready=bool(ready),
             )
         if not verdict.start or member is None:
+            current = self.benchmarks.get(spec.name, {}).get("status") or {}
+            if current.get("reason") == PREEMPTED:
+                return  # stays Pending for its preemption until it starts again
             self._bench_status(
                 spec.name,
                 {"phase": core.PENDING, "reason": verdict.reason, "message": verdict.message},
@@ -184,6 +241,8 @@ class Benchmarking(Dispatching):
         if member is None or not member.synced():
             return
         job = member.jobs.get(api.job_name(name))
+        if job is None and name in self._bench_preempted:
+            return  # preempted: its Pending status is on its way
         if job is None:
             self._bench_call(
                 name, self._bench_finish, name, body, "JobGone", "its member Job is gone", True
@@ -197,6 +256,49 @@ class Benchmarking(Dispatching):
         if "Complete" in conditions or "Failed" in conditions:
             failed = conditions.get("Failed")
             self._bench_call(name, self._bench_result, body, spec, member, failed)
+
+    def _maybe_preempt(self, name: str, body: Mapping[str, Any], job_key: str) -> bool:
+        """Preempt a Running benchmark for the AIJob ``job_key`` (the rule:
+        :func:`cpn.core.benchmarks.preempting`) unless its Job has ended or is not seen."""
+        spec = api.read_spec(body, self.store.policy.benchmarks)
+        member = self.members.get(spec.cluster)
+        if member is None or not member.synced() or name in self._bench_busy:
+            return False
+        job = member.jobs.get(api.job_name(name))
+        if job is None or _deleting(job) or _ended(job):
+            return False  # followed: its end is read, or it is gone
+        self._bench_call(name, self._bench_preempt, body, spec, member, job_key)
+        return True
+
+    async def _bench_preempt(
+        self, body: Mapping[str, Any], spec: api.BenchSpec, member: Member, job_key: str
+    ) -> None:
+        """Delete the benchmark's member Job, then mark it Pending (``PreemptedByUserJob``,
+        and an Event); it starts again under the start rule."""
+        job = api.job_name(spec.name)
+        self._bench_preempted.add(spec.name)
+        try:
+            await self.call(member.delete_job, job)
+        except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged, retried
+            self._bench_preempted.discard(spec.name)
+            log.warning("GPUBenchmark %s: Job %s not deleted: %s", spec.name, job, describe(err))
+            return
+        status = body.get("status") or {}
+        message = (
+            f"AIJob {job_key} needs the GPU it took on {spec.cluster}/{spec.node}: Job {job} "
+            "deleted; it runs again once no AIJob that may use this GPU type waits"
+        )
+        patch = {
+            "phase": core.PENDING,
+            "reason": PREEMPTED,
+            "message": message,
+            "memberJob": None,
+            "startTime": None,
+            "preemptions": int(status.get("preemptions") or 0) + 1,
+        }
+        await self._bench_write(spec.name, patch)
+        self.post_event(body, PREEMPTED, message, False)
+        log.info("GPUBenchmark %s preempted for AIJob %s", spec.name, job_key)
 
     async def _bench_result(
         self,
@@ -262,6 +364,21 @@ class Benchmarking(Dispatching):
         body = self.benchmarks.get(name)
         if body is not None:  # what the watch will send, so the next cycle does not redo it
             self.benchmarks[name] = {**body, "status": {**(body.get("status") or {}), **status}}
+
+
+def _finished(item: tuple[str, Mapping[str, Any]]) -> str:
+    return str((item[1].get("status") or {}).get("completionTime") or "")
+
+
+def _deleting(job: Mapping[str, Any]) -> bool:
+    return bool((job.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _ended(job: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") in {"Complete", "Failed"} and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
 
 
 def is_benchmark_job(job: Mapping[str, Any]) -> bool:

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.benchmarks import slow_message
 from cpn.api.status import IMMINENT, condition, merge_patch, rfc3339
+from cpn.core.benchmarks import SLOW_RATIO
 from cpn.runtime.ports import CallFailed
 from cpn.runtime.state import RuntimeState
 from cpn.runtime.status import render_status
@@ -209,6 +211,21 @@ class HubWrites(RuntimeState):
                     previous=previous,
                 )
             )
+        slow = self.slow_nodes.get(name, ())
+        conditions_extra.append(
+            condition(
+                k.COND_SLOW_NODES,
+                bool(slow),
+                "SlowNodes" if slow else "NoneSlow",
+                "; ".join(slow_message(s) for s in slow)
+                if slow
+                else "no node's benchmark is below "
+                f"{SLOW_RATIO:g}x the median of its GPU type's other nodes",
+                generation=0,
+                now_s=self.clock.wall(),
+                previous=previous,
+            )
+        )
         status["conditions"] = [
             condition(
                 k.COND_READY,

@@ -14,6 +14,7 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.config import OperatorConfig
+from cpn.core.benchmarks import SlowNode
 from cpn.core.estimator import Estimator
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.fence import member_timeout
@@ -108,6 +109,12 @@ class RuntimeState:
         self.benchmarks: dict[str, Mapping[str, Any]] = {}
         self.benchmarks_listed = False
         self._bench_busy: set[str] = set()
+        self._bench_preempted: set[str] = set()  # whose deleted Job may still be seen
+        # the slow-node rule's verdict: the members with slow nodes (core.benchmarks.
+        # slow_nodes), for the MemberClusters' SlowNodes condition, and what it was judged on
+        self.slow_nodes: dict[str, tuple[SlowNode, ...]] = {}
+        self._speeds_judged: object = None
+        self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking API call in the pool."""
