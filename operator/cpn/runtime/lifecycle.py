@@ -38,6 +38,7 @@ def unplaced(record: Record, **changes: Any) -> Record:
             "member_job": "",
             "nodes": (),
             "alone": False,
+            "gpu_usage": None,
             "start_s": 0.0,
             "dispatch_s": 0.0,
             "observed": False,

@@ -24,6 +24,7 @@ from cpn.api.status import (
 from cpn.core import reasons
 from cpn.core.explain import CandidateView, Choice
 from cpn.core.policy import DEFAULT_QUEUE
+from cpn.runtime.gpuusage import usage_status
 from cpn.runtime.store import Record, preemption_status
 
 #: The reason and message of a queued job no cycle has ranked yet.
@@ -82,6 +83,8 @@ def render_status(
         "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
     }
     status.update(preemption_status(record))
+    if not waiting:
+        status.update(usage_status(record.gpu_usage))
     if job and job.estimate.high_s:
         status["predictedRuntimeHighSeconds"] = {
             t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())

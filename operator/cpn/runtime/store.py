@@ -23,6 +23,7 @@ from cpn.core.explain import Choice, Frees
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
+from cpn.runtime.gpuusage import GpuUsage, usage_from_status
 
 ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
@@ -84,6 +85,7 @@ class Record:
     gpu_type: str = ""
     nodes: tuple[str, ...] = ()
     alone: bool = False  # its attempt runs alone on its nodes (cpn.core.alone)
+    gpu_usage: GpuUsage | None = None  # its GPUs as last read while it ran (gpuusage.py)
     member_job: str = ""
     dispatch_s: float = 0.0
     start_s: float = 0.0
@@ -367,6 +369,7 @@ def _restore(record: Record, status: Mapping[str, Any]) -> None:
     record.gpu_type = str(status.get("gpuType") or "")
     record.nodes = tuple(status.get("nodes") or ())
     record.alone = bool(status.get("runsAlone"))
+    record.gpu_usage = usage_from_status(status)
     member = status.get("memberJob") or {}
     record.member_job = str(member.get("name") or "")
     record.start_s = parse_time(status.get("startTime")) or 0.0
