@@ -30,6 +30,9 @@ def test_a_jobs_usage_is_the_mean_over_the_gpus_of_its_own_pods() -> None:
     usage = job_usage(pods, "jobs", "a-1234abcd-1")
     assert usage == GpuUsage(util_pct=90.0, memory_mib=3000.0, at_s=NOW - 7)
     assert job_usage(pods, "jobs", "b-00000000-1") is None
+    long = "l" * 50 + "-1234abcd-1"  # 61 characters: its pods carry the first 58 of "<job>-"
+    cut = {("jobs", long[:58] + "k2p9z"): [reading(30.0)]}
+    assert job_usage(cut, "jobs", long) == GpuUsage(util_pct=30.0, memory_mib=1000.0, at_s=NOW - 5)
     partial = {("jobs", "a-1-x"): [reading(50.0), reading(70.0, mib=None)]}
     assert job_usage(partial, "jobs", "a-1") == GpuUsage(
         util_pct=60.0, memory_mib=None, at_s=NOW - 5

@@ -16,6 +16,11 @@ from cpn.api.aijob import parse_time
 from cpn.api.status import rfc3339
 from cpn.runtime.ports import GpuReading
 
+#: Kubernetes cuts a generateName base to 63 - 5 characters: the Job controller names a
+#: pod ``<job>-`` (``<job>-<index>-`` when indexed) plus 5 random ones, so a long Job's
+#: pods start with the first 58 characters of ``<job>-`` only.
+_GENERATED_BASE = 58
+
 
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
@@ -31,8 +36,9 @@ def job_usage(
     pods: Mapping[tuple[str, str], Sequence[GpuReading]], namespace: str, job_name: str
 ) -> GpuUsage | None:
     """The usage of member Job ``job_name``'s pods (named ``<job>-<suffix>`` by the Job
-    controller) in ``namespace``; None when none of them holds a reported GPU."""
-    prefix = job_name + "-"
+    controller, the base cut to 58 characters) in ``namespace``; None when none of them
+    holds a reported GPU."""
+    prefix = (job_name + "-")[:_GENERATED_BASE]
     readings = [
         reading
         for (ns, pod), found in pods.items()
