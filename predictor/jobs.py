@@ -59,11 +59,14 @@ class Prediction:
     """Predicted runtime of one job on each GPU type asked for.
 
     ``runtime_s`` is the median per GPU type, ``high_s`` a high quantile;
-    ``unseen`` flags a model neither benchmarked nor observed; ``source`` says
-    which layer of the predictor answered.
+    ``unseen`` flags a conservative answer (a model neither benchmarked nor observed,
+    or no history to go by); ``new_model`` says the job names a model neither
+    benchmarked nor observed finishing; ``source`` says which layer of the predictor
+    answered.
     """
 
     runtime_s: Mapping[str, float]
     high_s: Mapping[str, float]
     unseen: bool
     source: str
+    new_model: bool = False

@@ -31,7 +31,8 @@ the user's estimate, then ``default_s``.
 
 A model with no benchmark and no observation is **unseen**: its runtime is the high
 (90th percentile) estimate, its ``high_s`` higher still, and ``Prediction.unseen`` is set
-so that the policy can run it alone first.
+and, when the job names a model, ``Prediction.new_model``: the policy switch
+``placement.first_of_model_alone`` then runs it alone on its node (``cpn.core.alone``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import math
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -169,6 +170,8 @@ class OnlinePredictor:
         self._per_model: dict[str, _Stat] = defaultdict(_Stat)
         self.runtimes = RuntimeHistory()
         self._seen_models: set[str] = set()
+        #: models of every finished job observed, declared work or not (new_model)
+        self._finished_models: set[str] = set()
         self._observed = 0
         self._trained_keys = self._keys_of(self.model.measurements)
         self._wake = threading.Event()
@@ -254,6 +257,14 @@ class OnlinePredictor:
     def _predict(self, job: JobLike, gpu_types: Sequence[str]) -> Prediction:
         work = describe_job(job)
         unseen = self._unseen(work)
+        prediction = self._predict_work(job, work, gpu_types, unseen)
+        if unseen and work.model and work.model not in self._finished_models:
+            return replace(prediction, new_model=True)  # neither benchmarked nor seen finish
+        return prediction
+
+    def _predict_work(
+        self, job: JobLike, work: JobWork, gpu_types: Sequence[str], unseen: bool
+    ) -> Prediction:
         amount = work.work_samples
         if amount is None and work.steps is not None:
             amount = work.steps * self._batch(work)
@@ -370,6 +381,8 @@ class OnlinePredictor:
             ratio = self._ratio(work, self.reference_gpu, gpu)
             on_reference = actual_s * ratio
             self.runtimes.add(work.model, work.user, work.group, work.gpus, on_reference)
+            if work.model:
+                self._finished_models.add(work.model)
             if amount is not None and work.model:
                 obs = _Obs(work.model, gpu, batch, work.gpus, work.precision, amount / actual_s)
                 self._obs.append(obs)

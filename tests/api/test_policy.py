@@ -79,6 +79,7 @@ def test_every_key_maps_to_its_field() -> None:
     assert (placement.method, placement.affinity, placement.window) == ("greedy", "gpu-type", 7)
     assert (placement.wait_weight, placement.transfer_weight) == (2.0, 0.0)
     assert (placement.runtime_weight, placement.time_limit_s) == (0.25, 0.5)
+    assert placement.first_of_model_alone is True
     assert (policy.preemption.enabled, policy.preemption.min_priority_gap) == (True, 0)
     assert policy.preemption.restart_cost_s == 0.0
     assert (policy.preemption.checkpoint_interval_s, policy.preemption.min_run_s) == (300.0, 45.0)
@@ -264,6 +265,12 @@ MISTAKES = [
         "placement.affinity",
         "did you mean 'gpu-type'",
         id="affinity-spelling",
+    ),
+    pytest.param(
+        "placement: {first_of_model_alone: yes}",
+        "placement.first_of_model_alone",
+        "true or false",
+        id="alone-yes",
     ),
     pytest.param(
         "placement: {time_limit_s: 0}", "placement.time_limit_s", "greater than 0", id="zero-limit"

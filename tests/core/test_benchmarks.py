@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from cpn.core.benchmarks import (
     waiting_for,
 )
 from cpn.core.model import CyclePlan, Hold, Start, WaitReason
-from tests.builders import cluster, job, nodes, snapshot
+from tests.builders import cluster, job, nodes, running, snapshot
 
 NOW = 1_000 * DAY_S
 A = [NodeSeen(cluster="a", node=f"a{i}", gpu_type="A100-80GB") for i in range(2)]
@@ -181,6 +182,12 @@ def test_free_after_takes_the_cycles_starts_and_waiting_for_counts_jobs_that_may
     held = [Hold(job_key=key, reason=WaitReason.Capacity, message="") for key in ("a", "v")]
     plan = CyclePlan(starts=(start,), holds=tuple(held))
     assert free_after(snap, plan) == {("b", "b-0"): 2.0, ("b", "b-1"): 1.0}
+    alone = CyclePlan(starts=(replace(start, alone=True),))
+    assert free_after(snap, alone)[("b", "b-0")] == 0.0  # a job runs alone there
+    busy = replace(snap, running=(running(any_type, "b", "H100-80GB", ("b-1",)),))
+    assert free_after(busy, plan)[("b", "b-1")] == 1.0
+    busy = replace(busy, running=(replace(busy.running[0], alone=True),))
+    assert free_after(busy, plan)[("b", "b-1")] == 0.0
     assert waiting_for(snap, plan, "H100-80GB") == 1
     assert waiting_for(snap, plan, "V100-32GB") == 2
     assert waiting_for(snap, CyclePlan(), "H100-80GB") == 0

@@ -36,6 +36,7 @@ POLICIES = {
         reservation=Reservation(min_gpus=8, drain_after_s=20 * 3600.0, drain_ratio=1.2),
     ),
     "wait-for-faster": QueuePolicy(placement=Placement(wait_for_faster=True)),
+    "first-of-model-alone": QueuePolicy(placement=Placement(first_of_model_alone=True)),
     "quotas": QueuePolicy(
         quotas=Quotas(
             groups=MappingProxyType(
@@ -114,16 +115,18 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
             fields["gpu_types"] = frozenset({rng.choice(TYPES)})
         if rng.random() < 0.05:
             fields["not_before_s"] = now + rng.uniform(0, 5000)
-        jobs.append(
-            job(
-                f"j{i:03d}",
-                gpus=gpus,
-                workers=workers,
-                submitted_s=now - rng.choice((0.3, 1.0, 1.0, 3.0)) * rng.uniform(0, 30 * 3600),
-                runtime_s=runtimes,
-                **fields,
-            )
+        new = policy.placement.first_of_model_alone and rng.random() < 0.3
+        if new:  # a job of a model never seen: it runs alone (cpn.core.alone)
+            fields["model"] = f"m{rng.randint(0, 3)}"
+        made = job(
+            f"j{i:03d}",
+            gpus=gpus,
+            workers=workers,
+            submitted_s=now - rng.choice((0.3, 1.0, 1.0, 3.0)) * rng.uniform(0, 30 * 3600),
+            runtime_s=runtimes,
+            **fields,
         )
+        jobs.append(replace(made, estimate=replace(made.estimate, new_model=True)) if new else made)
     return Snapshot(
         now_s=now,
         # The focus serves greedy placement (under the MILP every projected cycle runs whole).

@@ -218,3 +218,19 @@ def test_a_failing_prediction_becomes_a_flagged_default_estimate():
     assert isinstance(answer, Estimate)
     assert dict(answer.runtime_s) == {"T4": 777.0, "K80": 777.0}
     assert answer.unseen and answer.source == "predictor-error"
+
+
+def test_new_model_means_no_benchmark_and_no_finished_job_of_it():
+    """``new_model`` (what placement.first_of_model_alone reads): a named model neither
+    benchmarked nor seen finish, whether or not the job declares its work."""
+    est = PredictorEstimator(retrain="off")
+    benchmarked = _job("g", "ResNet-50 (batch size 64)", steps=1000)
+    assert not est.estimate(benchmarked, GPUS).new_model
+    assert not est.estimate(_job("n", ""), GPUS).new_model  # no model: never new
+    fresh = _job("f", "bert-base", batch_size=32, dataset_samples=100_000, epochs=1)
+    bare = _job("b", "vgg16", user="ann")  # no declared work
+    assert est.estimate(fresh, GPUS).new_model and est.estimate(bare, GPUS).new_model
+    est.observe(bare, "V100-16GB", 5000.0)
+    assert not est.estimate(_job("b2", "vgg16"), GPUS).new_model
+    est.observe(fresh, "V100-16GB", 900.0)
+    assert not est.estimate(fresh, GPUS).new_model

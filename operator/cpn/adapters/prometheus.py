@@ -1,8 +1,10 @@
 """Node and GPU utilisation from a member cluster's Prometheus.
 
-Only the CPU utilisation ceiling of the policy uses these numbers; what is
-*allocated* always comes from the Kubernetes API's own accounting. Two kinds
-of staleness are handled, as the original notes learned the hard way:
+Only the CPU utilisation ceiling of the policy uses these numbers for scheduling; what
+is *allocated* always comes from the Kubernetes API's own accounting. The GPUs each pod
+holds (dcgm-exporter labels a GPU's series with the pod using it) are read for display:
+a running AIJob's GPU utilisation and memory in its status (:meth:`MetricsSource.pod_gpus`).
+Two kinds of staleness are handled, as the original notes learned the hard way:
 
 - a sample older than ``max_age_s`` (Prometheus scrapes periodically; after a
   restart its numbers lag) is ignored;
@@ -25,12 +27,19 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from cpn.runtime.ports import GpuReading
+
 log = logging.getLogger(__name__)
 
 #: Node CPU busy share over the last minute, per node (node-exporter's series).
 CPU_QUERY = '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
 #: Mean GPU utilisation per node (dcgm-exporter's series), for display.
 GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+#: Per GPU a pod holds: utilisation (percent) and framebuffer used (MiB).
+POD_GPU_UTIL_QUERY = 'DCGM_FI_DEV_GPU_UTIL{pod!=""}'
+POD_GPU_MEMORY_QUERY = 'DCGM_FI_DEV_FB_USED{pod!=""}'
+#: What names one GPU of one pod in dcgm-exporter's series.
+_POD_GPU_LABELS = ("namespace", "pod", "Hostname", "gpu")
 
 
 @dataclass(slots=True)
@@ -45,25 +54,34 @@ class Reading:
 
     cpu: dict[str, Sample] = field(default_factory=dict)
     gpu: dict[str, Sample] = field(default_factory=dict)
+    #: per GPU a pod holds, keyed by _POD_GPU_LABELS: utilisation and memory used
+    pod_util: dict[tuple[str, ...], Sample] = field(default_factory=dict)
+    pod_memory: dict[tuple[str, ...], Sample] = field(default_factory=dict)
     ok: bool = False
     error: str = ""
     read_at_s: float = 0.0
 
 
 def _vector(result: object, label: str) -> dict[str, Sample]:
-    out: dict[str, Sample] = {}
+    return {key[0]: sample for key, sample in _keyed(result, (label,)).items()}
+
+
+def _keyed(result: object, labels: tuple[str, ...]) -> dict[tuple[str, ...], Sample]:
+    """Samples of an instant vector by the values of ``labels`` (rows lacking the first
+    label, or not a number, are left out)."""
+    out: dict[tuple[str, ...], Sample] = {}
     if not isinstance(result, list):
         return out
     for row in result:
         metric = row.get("metric") or {}
         at, value = row.get("value") or (0, "nan")
-        name = metric.get(label)
+        key = tuple(str(metric.get(label) or "") for label in labels)
         try:
             number = float(value)
         except (TypeError, ValueError):
             continue
-        if name and number == number:
-            out[str(name)] = Sample(value=number, at_s=float(at))
+        if key[0] and number == number:
+            out[key] = Sample(value=number, at_s=float(at))
     return out
 
 
@@ -105,6 +123,8 @@ class MetricsSource:
         try:
             cpu = _vector(self._prom.custom_query(CPU_QUERY), "instance")
             gpu = _vector(self._prom.custom_query(GPU_QUERY), "Hostname")
+            pod_util = _keyed(self._prom.custom_query(POD_GPU_UTIL_QUERY), _POD_GPU_LABELS)
+            pod_memory = _keyed(self._prom.custom_query(POD_GPU_MEMORY_QUERY), _POD_GPU_LABELS)
         except Exception as err:  # noqa: BLE001 - unreachable, HTTP, payload: logged once
             error = read_error(err, self.timeout_s)
             if error != self.reading.error:  # each new failure once, not every refresh
@@ -112,8 +132,30 @@ class MetricsSource:
             self.reading.ok = False
             self.reading.error = error
             return self.reading
-        self.reading = Reading(cpu=cpu, gpu=gpu, ok=True, read_at_s=time.time())
+        self.reading = Reading(
+            cpu=cpu,
+            gpu=gpu,
+            pod_util=pod_util,
+            pod_memory=pod_memory,
+            ok=True,
+            read_at_s=time.time(),
+        )
         return self.reading
+
+    def pod_gpus(self, now_s: float) -> dict[tuple[str, str], list[GpuReading]]:
+        """Per (namespace, pod): one reading per GPU it holds, from samples newer than
+        ``max_age_s`` (memory None when its series is missing or stale)."""
+        out: dict[tuple[str, str], list[GpuReading]] = {}
+        for key, util in sorted(self.reading.pod_util.items()):
+            if now_s - util.at_s > self.max_age_s:
+                continue
+            memory = self.reading.pod_memory.get(key)
+            mib = memory.value if memory and now_s - memory.at_s <= self.max_age_s else None
+            pct = min(max(util.value, 0.0), 100.0)
+            out.setdefault((key[0], key[1]), []).append(
+                GpuReading(util_pct=pct, memory_mib=mib, at_s=util.at_s)
+            )
+        return out
 
     def cpu_util(self, now_s: float, started_s: Mapping[str, float]) -> dict[str, float]:
         """Trusted CPU utilisation (0..1) per node; nodes with stale samples are left out."""

@@ -244,6 +244,7 @@ _PLACEMENT: Mapping[str, Parser] = {
     "time_limit_s": _number(0.0, 600.0, above=True),
     "window": _integer(1, 10_000),
     "affinity": _choice(AFFINITIES),
+    "first_of_model_alone": _boolean,
 }
 _PREEMPTION: Mapping[str, Parser] = {
     "enabled": _boolean,

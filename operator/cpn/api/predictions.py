@@ -23,6 +23,7 @@ def to_estimate(prediction: Prediction) -> Estimate:
         runtime_s=prediction.runtime_s,
         high_s=prediction.high_s,
         unseen=prediction.unseen,
+        new_model=prediction.new_model,
         source=prediction.source,
     )
 

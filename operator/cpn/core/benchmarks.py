@@ -8,7 +8,8 @@ Pure decisions, table-tested (``tests/core/test_benchmarks.py``); the runtime
 - :func:`start_verdict`: **the rule** a benchmark's Job starts by. A benchmark sits at the
   lowest level of the queue: it starts only when no AIJob that may run on its node's GPU
   type is left waiting by the cycle (:func:`waiting_for`) and its node has a free GPU once
-  the cycle's starts took theirs (:func:`free_after`); it takes one GPU.
+  the cycle's starts took theirs (:func:`free_after`; none on a node a job runs alone on,
+  :mod:`cpn.core.alone`); it takes one GPU.
 - :func:`preempting`: **the preemption rule**. A running benchmark gives its GPU back as
   soon as a cycle leaves waiting, for room (:data:`ROOM_REASONS`), an AIJob that may run on
   its node's GPU type and one of whose workers would fit on that node's free GPUs with the
@@ -273,13 +274,20 @@ def read_result(message: str | None, models: Sequence[str]) -> BenchResult:
 
 
 def free_after(snapshot: Snapshot, plan: CyclePlan) -> dict[tuple[str, str], float]:
-    """Free GPUs per (cluster, node) once the cycle's starts have taken theirs."""
+    """Free GPUs per (cluster, node) once the cycle's starts have taken theirs; none on a
+    node a job runs alone on (:mod:`cpn.core.alone`: a benchmark there would spoil its
+    measurement, as a user job would)."""
     free = {(n.cluster, n.name): n.free_gpus for c in snapshot.clusters for n in c.nodes}
     per_worker = {j.key: j.gpus_per_worker for j in snapshot.pending}
     for start in plan.starts:
         for node in start.nodes:
             key = (start.cluster, node)
             free[key] = free.get(key, 0.0) - per_worker.get(start.job_key, 0.0)
+    held = [(r.cluster, r.nodes) for r in snapshot.running if r.alone]
+    held += [(s.cluster, s.nodes) for s in plan.starts if s.alone]
+    for cluster, names in held:
+        for name in names:
+            free[(cluster, name)] = 0.0
     return free
 
 

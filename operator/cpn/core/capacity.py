@@ -5,6 +5,10 @@ of a cycle; the cycle takes from it as it decides starts. It answers two
 questions: where does a job fit now (best-fit, node by node, every worker in
 one cluster), and when would it fit, given the predicted ends of running jobs
 (:meth:`Capacity.earliest_fit`), which reservations and wait estimates use.
+
+It also applies the rule of :mod:`cpn.core.alone`: a job that must run alone fits
+only nodes no other job uses, and a node a job runs alone on takes no other job
+until that job's (predicted) end.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cpn.core.alone import runs_alone
 from cpn.core.model import Job, Node, Snapshot
+from cpn.core.policy import QueuePolicy
 from cpn.core.runtime_law import expected_end_s
 
 _EPS = 1e-9
@@ -37,6 +43,13 @@ class Slot:
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
     releases: list[tuple[float, float, float, float]] = field(default_factory=list)
+    jobs: int = 0  # cpn jobs on it (running, or started this cycle)
+    alone_key: str = ""  # the job that runs alone on it ("" when none)
+    alone_until: float = math.inf  # that job's predicted end
+
+    def empty(self) -> bool:
+        """No job on it: all its GPUs free and no cpn job (what a job running alone needs)."""
+        return self.jobs == 0 and self.free_gpus >= self.gpus - _EPS
 
 
 @dataclass(slots=True)
@@ -96,7 +109,8 @@ def _place(job: Job, slots: Sequence[Slot], free: dict[str, list[float]]) -> tup
 class Capacity:
     """Per-node free resources, grouped by (cluster, GPU type)."""
 
-    def __init__(self, slots: Iterable[Slot]) -> None:
+    def __init__(self, slots: Iterable[Slot], policy: QueuePolicy | None = None) -> None:
+        self.policy = policy
         self.groups: dict[GroupKey, list[Slot]] = {}
         self._by_name: dict[tuple[str, str], Slot] = {}
         for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
@@ -104,8 +118,10 @@ class Capacity:
             self._by_name[(slot.cluster, slot.name)] = slot
         # Capacity only shrinks while a cycle decides starts, so a shape that does not
         # fit a group stays unfit until something is released: remember it.
-        self._unfit: set[tuple[Shape, GroupKey, frozenset[str]]] = set()
+        self._unfit: set[tuple[Shape, GroupKey, frozenset[str], bool]] = set()
         self._ever: dict[tuple[Shape, GroupKey], bool] = {}
+        self._alone: set[str] = set()  # jobs that hold their nodes alone
+        self._running: set[str] = set()  # jobs of the snapshot's running list
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -115,14 +131,23 @@ class Capacity:
         for cluster in snapshot.clusters:
             for node in cluster.nodes:
                 slots.append(_slot(node, cluster.ready, ceiling))
-        capacity = cls(slots)
+        capacity = cls(slots, snapshot.policy)
         for item in snapshot.running:
             end = expected_end_s(item, snapshot.now_s, at_least_s=0.0)
+            capacity._running.add(item.job.key)
+            if item.alone:
+                capacity._alone.add(item.job.key)
             for name in item.nodes:
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:
                     job = item.job
                     slot.releases.append((end, worker_gpus(job), job.cpu, job.memory_gib))
+            for name in set(item.nodes):
+                slot = capacity._by_name.get((item.cluster, name))
+                if slot is not None:
+                    slot.jobs += 1
+                    if item.alone:
+                        slot.alone_key, slot.alone_until = item.job.key, end
         for slot in capacity._by_name.values():
             slot.releases.sort()
         return capacity
@@ -141,19 +166,37 @@ class Capacity:
             s.free_gpus for s in self.groups.get(key, ()) if s.usable and s.name not in exclude
         )
 
+    def alone(self, job: Job) -> bool:
+        """True if ``job`` must run alone on its nodes (:mod:`cpn.core.alone`)."""
+        return self.policy is not None and runs_alone(job, self.policy)
+
     def fit(
         self, job: Job, key: GroupKey, exclude: frozenset[str] = frozenset()
     ) -> tuple[str, ...] | None:
         """Nodes for each worker of ``job`` in group ``key`` now, or None."""
-        memo = (shape(job), key, exclude)
+        alone = self.alone(job)
+        memo = (shape(job), key, exclude, alone)
         if memo in self._unfit:
             return None
-        slots = [s for s in self.groups.get(key, ()) if s.usable and s.name not in exclude]
+        slots = [
+            s
+            for s in self.groups.get(key, ())
+            if s.usable and s.name not in exclude and (s.empty() if alone else not s.alone_key)
+        ]
         free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
         placed = _place(job, slots, free)
         if placed is None:
             self._unfit.add(memo)
         return placed
+
+    def fits_but_for_alone(self, job: Job, key: GroupKey) -> bool:
+        """True if ``job`` would fit in ``key`` now were it not for the rule of
+        :mod:`cpn.core.alone` (it needs an empty node, or nodes are held alone)."""
+        if self.fit(job, key) is not None:
+            return False
+        slots = [s for s in self.groups.get(key, ()) if s.usable]
+        free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
+        return _place(job, slots, free) is not None
 
     def ever_fits(self, job: Job, key: GroupKey) -> bool:
         """True if ``job`` fits the group's nodes when they are empty."""
@@ -169,6 +212,15 @@ class Capacity:
     ) -> None:
         """Take the resources of a start on ``nodes``; they come back at ``until_s``."""
         need = worker_gpus(job)
+        alone = job.key in self._alone or (job.key not in self._running and self.alone(job))
+        if alone:
+            self._alone.add(job.key)
+        for name in set(nodes):
+            slot = self._by_name[(key[0], name)]
+            slot.jobs += 1
+            if alone:
+                slot.alone_key = job.key
+                slot.alone_until = math.inf if until_s is None else until_s
         for name in nodes:
             slot = self._by_name[(key[0], name)]
             slot.free_gpus -= need
@@ -182,6 +234,12 @@ class Capacity:
         """Give back what a preempted job held."""
         self._unfit.clear()
         need = worker_gpus(job)
+        for name in set(nodes):
+            slot = self._by_name.get((cluster, name))
+            if slot is not None:
+                slot.jobs = max(0, slot.jobs - 1)
+                if slot.alone_key == job.key:
+                    slot.alone_key, slot.alone_until = "", math.inf
         for name in nodes:
             slot = self._by_name.get((cluster, name))
             if slot is not None:
@@ -201,22 +259,50 @@ class Capacity:
         """Earliest instant ``job`` fits in the group as running jobs end, and where.
 
         With ``from_empty`` the capacity free now is treated as taken by others
-        (what a job that loses this cycle's contention can expect).
+        (what a job that loses this cycle's contention can expect). A job that must run
+        alone waits for a node whose jobs have all ended; others do not use a node held
+        alone before the end of the job holding it.
         """
         slots = [s for s in self.groups.get(key, ()) if s.usable and s.name not in exclude]
         if from_empty:
             free = {s.name: [0.0, 0.0, 0.0] for s in slots}
         else:
             free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
-        if not from_empty:
-            placed = _place(job, slots, {k: list(v) for k, v in free.items()})
-            if placed is not None:
-                return now_s, placed
-        events = sorted(
+        alone = self.alone(job)
+        events = [
             (end, slot.name, gpus, cpu, mem)
             for slot in slots
             for end, gpus, cpu, mem in slot.releases
+        ]
+        if not alone:  # a node held alone: what is free on it comes back at the holder's end
+            for slot in slots:
+                if slot.alone_key:
+                    gpus, cpu, mem = free[slot.name]
+                    events.append((slot.alone_until, slot.name, gpus, cpu, mem))
+                    free[slot.name] = [0.0, 0.0, 0.0]
+        events.sort()
+        # for a job alone: a node is empty once its last job has ended (its last release)
+        last = (
+            {s.name: max((r[0] for r in s.releases), default=-math.inf) for s in slots}
+            if alone
+            else {}
         )
+
+        def place(instant: float | None) -> tuple[str, ...] | None:
+            usable = slots
+            if alone:
+                usable = [
+                    s
+                    for s in slots
+                    if (s.empty() if instant is None else last[s.name] <= instant + _EPS)
+                    and free[s.name][0] >= s.gpus - _EPS
+                ]
+            return _place(job, usable, {k: list(v) for k, v in free.items()})
+
+        if not from_empty:
+            placed = place(None)
+            if placed is not None:
+                return now_s, placed
         index = 0
         while index < len(events):
             instant = events[index][0]
@@ -227,7 +313,7 @@ class Capacity:
                 row[1] += cpu
                 row[2] += mem
                 index += 1
-            placed = _place(job, slots, {k: list(v) for k, v in free.items()})
+            placed = place(instant)
             if placed is not None:
                 return instant, placed
         return None

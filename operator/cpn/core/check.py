@@ -15,7 +15,10 @@ operator's have none. The rules:
   what they held and its starts took what they ask, worker by worker;
 - without quota lending, no group or user goes over its quota (running jobs not
   preempted plus the plan's starts);
-- holds name only jobs the snapshot knows.
+- holds name only jobs the snapshot knows;
+- a job that must run alone (:mod:`cpn.core.alone`) starts marked so, on nodes with all
+  their GPUs free and no job once the plan's preemptions are done, and no node a job
+  runs alone on (running, or started by the plan) holds any other job after the plan.
 
 Pure: no clock, no I/O.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cpn.core.alone import runs_alone
 from cpn.core.capacity import worker_gpus
 from cpn.core.model import CyclePlan, Job, Node, Snapshot, Start
 from cpn.core.quota import QuotaLedger
@@ -105,6 +109,7 @@ def check_plan(plan: CyclePlan, snapshot: Snapshot) -> tuple[Violation, ...]:
         if over:
             out.append(Violation(key, over))
         ledger.take(job, start.gpu_type)
+    out += _alone_violations(plan, snapshot, preempted)
     known = pending.keys() | running.keys()
     out += (
         Violation(h.job_key, "hold names an unknown job")
@@ -146,5 +151,52 @@ def _start_violations(start: Start, job: Job, ready: dict[str, bool], free: _Fre
             out.append(
                 f"overcommits node {name} of {cluster}: "
                 f"free gpus={gpus:g}, cpu={cpu:g}, memory={memory:g}"
+            )
+    return out
+
+
+def _alone_violations(plan: CyclePlan, snapshot: Snapshot, preempted: set[str]) -> list[Violation]:
+    """Where ``plan`` breaks the rule of :mod:`cpn.core.alone`."""
+    out: list[Violation] = []
+    pending = {j.key: j for j in snapshot.pending}
+    nodes = {(c.name, n.name): n for c in snapshot.clusters for n in c.nodes}
+    free = {key: node.free_gpus for key, node in nodes.items()}
+    on: dict[tuple[str, str], set[str]] = {}  # node -> the jobs on it after the plan
+    alone: dict[tuple[str, str], str] = {}  # node -> the job alone on it
+    for item in snapshot.running:
+        for name in set(item.nodes):
+            key = (item.cluster, name)
+            if item.job.key in preempted:
+                if key in free:
+                    free[key] += worker_gpus(item.job) * item.nodes.count(name)
+                continue
+            on.setdefault(key, set()).add(item.job.key)
+            if item.alone:
+                alone[key] = item.job.key
+    for start in plan.starts:
+        job = pending.get(start.job_key)
+        if job is None:
+            continue
+        must = runs_alone(job, snapshot.policy)
+        if must and not start.alone:
+            out.append(Violation(job.key, "the first job of its model is not started alone"))
+        for name in set(start.nodes):
+            key = (start.cluster, name)
+            node = nodes.get(key)
+            if (must or start.alone) and (
+                on.get(key) or (node is not None and free[key] < node.gpus - _EPS)
+            ):
+                out.append(Violation(job.key, f"must run alone but node {name} is in use"))
+            on.setdefault(key, set()).add(job.key)
+            if must or start.alone:
+                alone[key] = job.key
+    started = {start.job_key for start in plan.starts}
+    for key, holder in sorted(alone.items()):
+        others = sorted(on.get(key, set()) - {holder})
+        if others and (holder in started or started.intersection(others)):
+            out.append(
+                Violation(
+                    holder, f"runs alone on node {key[1]} of {key[0]}, which also holds {others}"
+                )
             )
     return out

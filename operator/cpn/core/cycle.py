@@ -25,6 +25,8 @@ One cycle, in order:
 4. For the head of the queue (the window), the MILP of
    :mod:`cpn.core.placement` may revise the greedy choice jointly, when the
    greedy one is not already optimal.
+   Under ``placement.first_of_model_alone`` a job of a model never seen runs alone
+   on its nodes (:mod:`cpn.core.alone`, applied by the capacity).
 5. Optionally preempt lower-ranked running jobs for blocked higher-ranked ones.
 6. Every job that does not start gets a :class:`~cpn.core.model.Hold` with a
    reason and a message a researcher can read.
@@ -153,6 +155,7 @@ class _Cycle:
             predicted_runtime_s=cand.runtime_s,
             transfer_s=cand.transfer_s,
             score=item.score,
+            alone=self.capacity.alone(item.job),
         )
         self.starts.append(start)
         return start
@@ -319,6 +322,10 @@ class _Cycle:
         free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if unusable:
             return WaitReason.NodeLoad, reasons.node_load(job)
+        if any(self.capacity.fits_but_for_alone(job, c.key) for c in cands):
+            if self.capacity.alone(job):
+                return WaitReason.Capacity, reasons.no_empty_node(job, free)
+            return WaitReason.Capacity, reasons.beside_alone(job)
         ahead = any(s for s in self.starts)
         reason = WaitReason.Priority if ahead else WaitReason.Capacity
         return reason, reasons.no_room(job, free)

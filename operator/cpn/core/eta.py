@@ -160,8 +160,9 @@ class _Focus:
         # Per job and group: transfer and runtime (inf where the group is no candidate).
         self.transfer = np.full((n, len(groups)), math.inf)
         self.runtime = np.full((n, len(groups)), math.inf)
-        shapes: dict[Shape, int] = {}
-        classes: dict[tuple[Shape, tuple[GroupKey, ...]], int] = {}
+        # a job that must run alone (cpn.core.alone) fits elsewhere than one of its shape
+        shapes: dict[tuple[Shape, bool], int] = {}
+        classes: dict[tuple[tuple[Shape, bool], tuple[GroupKey, ...]], int] = {}
         self.shape_of = np.empty(n, dtype=np.int64)
         self.class_of = np.empty(n, dtype=np.int64)
         self.class_rep: list[Job] = []
@@ -172,13 +173,16 @@ class _Focus:
                 self.transfer[i, groups[cand.key]] = cand.transfer_s
                 self.runtime[i, groups[cand.key]] = cand.runtime_s
             keys = tuple(sorted(c.key for c in cands))
-            self.shape_of[i] = shapes.setdefault(shape(job), len(shapes))
-            cls = classes.setdefault((shape(job), keys), len(classes))
+            kind = (shape(job), capacity.alone(job))
+            self.shape_of[i] = shapes.setdefault(kind, len(shapes))
+            cls = classes.setdefault((kind, keys), len(classes))
             if cls == len(self.class_rep):
                 self.class_rep.append(job)
                 self.class_keys.append(keys)
             self.class_of[i] = cls
-        self.class_shape = np.array([shapes[shape(j)] for j in self.class_rep], dtype=np.int64)
+        self.class_shape = np.array(
+            [shapes[(shape(j), capacity.alone(j))] for j in self.class_rep], dtype=np.int64
+        )
         self.alive = np.ones(n, dtype=bool)
         self.dominance = not policy.quotas.groups
         # Whom Reservations._heads passes over: a job the cycle holds as infeasible, one with
@@ -504,6 +508,7 @@ def project(
                     nodes=start.nodes,
                     start_s=now,
                     predicted_end_s=end,
+                    alone=start.alone,
                 )
             )
             _shift(delta, start.cluster, start.nodes, job, -1.0)

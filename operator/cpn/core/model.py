@@ -48,12 +48,16 @@ class Estimate:
 
     ``runtime_s`` maps a canonical GPU type to the predicted runtime (median);
     ``high_s`` to a high quantile (absent types fall back to ``runtime_s``).
-    ``unseen`` flags a model the predictor never saw (conservative estimate).
+    ``unseen`` flags a conservative estimate (a model the predictor never saw, or no
+    history to go by). ``new_model`` says the estimator has neither a benchmark nor a
+    finished job of the job's model (never set for a job that names no model): the
+    first jobs of a model, which ``placement.first_of_model_alone`` runs alone.
     """
 
     runtime_s: Mapping[str, float] = field(default_factory=frozen_map)
     high_s: Mapping[str, float] = field(default_factory=frozen_map)
     unseen: bool = False
+    new_model: bool = False
     source: str = ""
 
     def on(self, gpu_type: str) -> float | None:
@@ -149,7 +153,11 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Running:
-    """A job that holds resources now: where, since when, until when (predicted)."""
+    """A job that holds resources now: where, since when, until when (predicted).
+
+    ``alone``: it was started alone on its nodes (the first job of its model,
+    :mod:`cpn.core.alone`), so no other job is placed there while it runs.
+    """
 
     job: Job
     cluster: str
@@ -157,6 +165,7 @@ class Running:
     nodes: tuple[str, ...]  # one node name per worker
     start_s: float
     predicted_end_s: float
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,7 +193,11 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Start:
-    """Start ``job_key`` now on ``cluster``, one worker per entry of ``nodes``."""
+    """Start ``job_key`` now on ``cluster``, one worker per entry of ``nodes``.
+
+    ``alone``: on nodes no other job uses, and none is placed there while it runs
+    (the first job of its model, :mod:`cpn.core.alone`).
+    """
 
     job_key: str
     cluster: str
@@ -193,6 +206,7 @@ class Start:
     predicted_runtime_s: float
     transfer_s: float = 0.0
     score: float = 0.0
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

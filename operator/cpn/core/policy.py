@@ -140,7 +140,9 @@ class Placement:
     soon, when that finishes it sooner; without it placement is work-conserving
     (a job that fits somewhere starts). ``window`` bounds how
     many jobs the MILP sees; ``affinity`` pins member Jobs to the chosen node
-    (``node``) or only to its GPU type (``gpu-type``).
+    (``node``) or only to its GPU type (``gpu-type``). With ``first_of_model_alone``
+    a job of a model the estimator has never seen runs alone on its nodes
+    (:mod:`cpn.core.alone`).
     """
 
     method: str = "milp"
@@ -151,6 +153,7 @@ class Placement:
     time_limit_s: float = 2.0
     window: int = 48
     affinity: str = "node"
+    first_of_model_alone: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,3 +84,25 @@ def over_quota(label: str, used: float, limit: float, gpus: float) -> str:
 
 def over_type_quota(label: str, gpu_type: str, used: float, cap: float, gpus: float) -> str:
     return f"quota of {label} on {gpu_type}: {used:g} of {cap:g} in use, job needs {gpus:g}"
+
+
+def started_alone(model: str) -> str:
+    """Why a started job has its nodes to itself (:mod:`cpn.core.alone`)."""
+    return f"first job of model {model}: runs alone on its node for a clean measurement"
+
+
+def no_empty_node(job: Job, free_gpus: float) -> str:
+    """Why a first-of-model job waits although GPUs are free: none on an empty node."""
+    return (
+        f"first job of model {job.model} runs alone on its node for a clean measurement: "
+        f"no empty node has room for {need(job)} ({free_gpus:g} GPUs free on nodes other "
+        "jobs use)"
+    )
+
+
+def beside_alone(job: Job) -> str:
+    """Why a job waits although GPUs are free: they are on nodes held by a job alone."""
+    return (
+        f"needs {need(job)}; the free GPUs that would hold it are on nodes where the first "
+        "job of a model runs alone (for a clean measurement) until it ends"
+    )

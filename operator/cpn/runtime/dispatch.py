@@ -172,6 +172,7 @@ class Dispatching(HubWatch):
         record.fence = next_fence(record.fence, attempt, secrets.token_hex(4))
         record.phase = k.PHASE_DISPATCHED
         record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
+        record.alone = start.alone
         record.predicted_runtime_s = start.predicted_runtime_s
         resume_from = None
         if record.preemptions:  # the rest of its work, after the restart

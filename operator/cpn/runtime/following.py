@@ -58,6 +58,7 @@ class Following(HubWrites):
         if record.job is not None and record.actual_s > 0:
             try:
                 self.estimator.observe(record.job, record.gpu_type, record.actual_s)
+                self.store.learned_model(record.job.model)  # no longer first of its model
             except Exception:  # the predictor must never take the operator down
                 log.exception("predictor failed to learn from %s", record.key)
 

@@ -267,6 +267,7 @@ def _signature(record: Record) -> tuple[Any, ...]:
         record.finish_s,
         record.not_before_s,
         record.eta_start_s is None,
+        record.gpu_usage is None,  # its first reading is written at once, later ones paced
         record.position,
         record.frees.job_key if record.frees else "",
         hold.level if hold else "",

@@ -37,6 +37,8 @@ def unplaced(record: Record, **changes: Any) -> Record:
             "gpu_type": "",
             "member_job": "",
             "nodes": (),
+            "alone": False,
+            "gpu_usage": None,
             "start_s": 0.0,
             "dispatch_s": 0.0,
             "observed": False,

@@ -13,7 +13,8 @@ from cpn.api import constants as k
 from cpn.core.health import Health, Probe, Probes, health
 from cpn.runtime import lifecycle
 from cpn.runtime.following import Following, why_stale
-from cpn.runtime.ports import Member, MemberUnusable, describe
+from cpn.runtime.gpuusage import job_usage
+from cpn.runtime.ports import Member, MemberUnusable, MetricsSource, describe
 from cpn.runtime.state import quiet
 
 log = logging.getLogger(__name__)
@@ -233,11 +234,33 @@ class Membership(Following):
         return source.cpu_util(self.clock.wall(), started)
 
     async def metrics_loop(self, period_s: float = 10.0) -> None:
-        """Read every member's Prometheus periodically (Prometheus is pull-based)."""
+        """Read every member's Prometheus periodically (Prometheus is pull-based), then the
+        GPU usage of the jobs running there."""
         while not self._stopping:
-            for source in list(self.metrics.values()):
+            for name, source in list(self.metrics.items()):
                 await self.call(source.refresh)
+                self.read_gpu_usage(name, source)
             await asyncio.sleep(period_s)
+
+    def read_gpu_usage(self, member: str, source: MetricsSource) -> None:
+        """Each running job of ``member`` takes its GPUs' latest reading (a job none is
+        reported for keeps its last one: written with the time it was read)."""
+        running = [
+            r
+            for r in self.store.active()
+            if r.cluster == member and r.phase == k.PHASE_RUNNING and r.member_job
+        ]
+        if not running:
+            return
+        connected = self.members.get(member)
+        if connected is None:
+            return
+        pods = source.pod_gpus(self.clock.wall())
+        namespace = connected.spec.namespace
+        for record in running:
+            usage = job_usage(pods, namespace, record.member_job)
+            if usage is not None:
+                record.gpu_usage = usage
 
     async def sweep(self) -> int:
         """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only

@@ -9,7 +9,7 @@ library's exception.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,12 +71,25 @@ class Leadership(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU a pod holds, as its member's dcgm-exporter last reported it."""
+
+    util_pct: float  # 0..100
+    memory_mib: float | None  # framebuffer used; None when not reported
+    at_s: float  # the sample's own timestamp (epoch seconds)
+
+
 class MetricsSource(Protocol):
     """One member's Prometheus: :meth:`refresh` blocks (call it from a worker thread)."""
 
     def refresh(self) -> object: ...
 
     def cpu_util(self, now_s: float, started_s: Mapping[str, float]) -> dict[str, float]: ...
+
+    def pod_gpus(self, now_s: float) -> Mapping[tuple[str, str], Sequence[GpuReading]]:
+        """Fresh readings of the GPUs each (namespace, pod) holds."""
+        ...
 
     def fresh(self, now_s: float) -> tuple[bool, str]: ...
 

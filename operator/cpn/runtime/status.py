@@ -21,8 +21,10 @@ from cpn.api.status import (
     start_fields,
     upcoming,
 )
+from cpn.core import reasons
 from cpn.core.explain import CandidateView, Choice
 from cpn.core.policy import DEFAULT_QUEUE
+from cpn.runtime.gpuusage import usage_status
 from cpn.runtime.store import Record, preemption_status
 
 #: The reason and message of a queued job no cycle has ranked yet.
@@ -64,6 +66,7 @@ def render_status(
         "cluster": record.cluster or None,
         "gpuType": record.gpu_type or None,
         "nodes": list(record.nodes) or None,
+        "runsAlone": True if record.alone and not waiting else None,
         "transferSeconds": round(record.transfer_s, 1) if record.cluster else None,
         "memberJob": (
             {
@@ -80,6 +83,8 @@ def render_status(
         "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
     }
     status.update(preemption_status(record))
+    if not waiting:
+        status.update(usage_status(record.gpu_usage))
     if job and job.estimate.high_s:
         status["predictedRuntimeHighSeconds"] = {
             t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
@@ -159,6 +164,11 @@ def render_status(
     return {key: value for key, value in status.items() if value is not None}, refresh_by
 
 
+def waiting_phase(record: Record) -> bool:
+    """True while the job waits in the queue (queued or suspended)."""
+    return record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
+
+
 def queue_of(record: Record) -> str:
     """The queue a job's status names: spec.queue, else the policy level that took it."""
     job, hold = record.job, record.hold
@@ -198,6 +208,8 @@ def explanation(record: Record, status: Mapping[str, Any], now_s: float) -> str:
         )
     if record.phase == k.PHASE_QUEUED and status.get("eta"):
         parts.append(f"predicted start {status['eta']}{likely(status.get('estimatedStartRange'))}")
+    if record.alone and not waiting_phase(record) and record.job is not None:
+        parts.append(reasons.started_alone(record.job.model))
     choice = record.choice
     if record.active and choice is not None:
         chosen = choice.chosen

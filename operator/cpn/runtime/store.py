@@ -23,6 +23,7 @@ from cpn.core.explain import Choice, Frees
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
+from cpn.runtime.gpuusage import GpuUsage, usage_from_status
 
 ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
@@ -83,6 +84,8 @@ class Record:
     cluster: str = ""
     gpu_type: str = ""
     nodes: tuple[str, ...] = ()
+    alone: bool = False  # its attempt runs alone on its nodes (cpn.core.alone)
+    gpu_usage: GpuUsage | None = None  # its GPUs as last read while it ran (gpuusage.py)
     member_job: str = ""
     dispatch_s: float = 0.0
     start_s: float = 0.0
@@ -230,7 +233,18 @@ class Store:
         count = 0
         for record in self.pending():
             job = record.job
-            if job is not None and (everyone or job.estimate.unseen):
+            if job is not None and (everyone or job.estimate.unseen or job.estimate.new_model):
+                record.job = self.attach_estimate(job)
+                count += 1
+        return count
+
+    def learned_model(self, model: str) -> int:
+        """After the estimator saw a job of ``model`` finish: the waiting jobs of that model
+        it called new (``Estimate.new_model``) are estimated again; returns how many."""
+        count = 0
+        for record in self.pending():
+            job = record.job
+            if job is not None and model and job.model == model and job.estimate.new_model:
                 record.job = self.attach_estimate(job)
                 count += 1
         return count
@@ -310,8 +324,8 @@ class Store:
                 or item.job is not record.job
                 or item.start_s != began
                 or item.predicted_end_s != end
-                or (item.cluster, item.gpu_type, item.nodes)
-                != (record.cluster, record.gpu_type, record.nodes)
+                or (item.cluster, item.gpu_type, item.nodes, item.alone)
+                != (record.cluster, record.gpu_type, record.nodes, record.alone)
             ):
                 item = Running(
                     job=record.job,
@@ -320,6 +334,7 @@ class Store:
                     nodes=record.nodes,
                     start_s=began,
                     predicted_end_s=end,
+                    alone=record.alone,
                 )
                 record.as_running = item
             running.append(item)
@@ -353,6 +368,8 @@ def _restore(record: Record, status: Mapping[str, Any]) -> None:
     record.cluster = str(status.get("cluster") or "")
     record.gpu_type = str(status.get("gpuType") or "")
     record.nodes = tuple(status.get("nodes") or ())
+    record.alone = bool(status.get("runsAlone"))
+    record.gpu_usage = usage_from_status(status)
     member = status.get("memberJob") or {}
     record.member_job = str(member.get("name") or "")
     record.start_s = parse_time(status.get("startTime")) or 0.0

@@ -166,7 +166,9 @@ class HistoryEstimator(Estimator):
     of work and multiplies by the job's work; otherwise it learns runtimes. With
     no history it falls back to the user's estimate, then to a conservative
     ``default_s`` with ``Estimate.unseen`` set. Estimates are scaled to each GPU
-    type by the catalog's throughput ratio.
+    type by the catalog's throughput ratio. A job of a model none of which finished
+    yet has ``Estimate.new_model`` set (the oracle, noisy and user estimators never
+    set it: they learn nothing).
     """
 
     source = "history"
@@ -217,8 +219,13 @@ class HistoryEstimator(Estimator):
             ratio = self._ratio(job, self.reference_gpu, gpu)
             runtime[gpu] = median / ratio
             highs[gpu] = high / ratio
+        new_model = bool(job.model) and ("M", job.model) not in self._runtimes
         return Estimate(
-            runtime_s=_frozen(runtime), high_s=_frozen(highs), unseen=unseen, source=source
+            runtime_s=_frozen(runtime),
+            high_s=_frozen(highs),
+            unseen=unseen,
+            source=source,
+            new_model=new_model,
         )
 
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:

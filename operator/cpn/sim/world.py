@@ -485,6 +485,7 @@ class World:
             nodes=tuple(nodes),
             start_s=now,
             predicted_end_s=now + start.transfer_s + restart_s + predicted,
+            alone=start.alone,
         )
         state.running = running
         state.predicted_offset_s = start.transfer_s + restart_s
