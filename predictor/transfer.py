@@ -22,6 +22,9 @@ For a query (model ``m``, type ``T``, batch ``b``, ``n`` GPUs, precision class `
    tensor cores (Ampere and later, catalog ``tf32_tflops``): how much TF32 speeds a
    model up depends on its share of matrix products, so a V100's or RTX 8000's FP32
    ratio over an A100 differs from model to model (BERT-base 0.18x, SSD 0.34x).
+   A row of unknown precision (an admin's file without the column) is compared with
+   ``K``'s rows of every class (their geometric mean at each batch size), as
+   :class:`predictor.benchmarks.BenchmarkTable` serves such a query.
 5. The per-``K`` predictions are combined geometrically with weights ``models / (0.05 +
    spread)`` (``spread``: the range of the reference models' log ratios, 0.5 with one
    model: ratios the models agree on say more) times ``1 / (0.1 + |log speed-up K ->
@@ -47,6 +50,9 @@ from predictor.measurements import Measurement
 
 #: the fewest known types a transfer must combine, else None (the caller falls back)
 MIN_TYPES = 3
+#: the precision "class" of every row: what a row of unknown precision is compared with
+ANY = "*"
+
 
 #: speed-up of ``target`` over ``anchor`` for ``model`` in ``precision`` (spec sheet)
 Speedup = Callable[[str, str, str, str], float]
@@ -71,8 +77,9 @@ class RatioTransfer:
         self.min_types = min_types
         cells: dict[_Key, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for m in measurements:
-            key = (m.model, m.input, m.gpu_type, precision_class(m.precision), m.gpus)
-            cells[key][m.batch_size].append(math.log(m.samples_per_s))
+            for cls in {precision_class(m.precision), ANY}:
+                key = (m.model, m.input, m.gpu_type, cls, m.gpus)
+                cells[key][m.batch_size].append(math.log(m.samples_per_s))
         #: (model, input, type, class, GPUs) -> sorted (batch, samples/s), repeats averaged
         self._curves: dict[_Key, list[tuple[int, float]]] = {
             key: sorted((b, math.exp(sum(v) / len(v))) for b, v in by_batch.items())
@@ -100,13 +107,14 @@ class RatioTransfer:
         key = (target, anchor, cls, gpus)
         if key not in self._ratios:
             found: dict[str, list[float]] = defaultdict(list)
+            known = cls or ANY  # unknown precision: the known type's rows of any class
             both = self._models_at.get((target, cls, gpus), set()) & self._models_at.get(
-                (anchor, cls, gpus), set()
+                (anchor, known, gpus), set()
             )
             for g, input_name in sorted(both):
                 logs = []
                 for batch, sps in self._curves[(g, input_name, target, cls, gpus)]:
-                    ref = self._sps(g, input_name, anchor, cls, gpus, batch)
+                    ref = self._sps(g, input_name, anchor, known, gpus, batch)
                     if ref:
                         logs.append(math.log(sps / ref))
                 if logs:
@@ -140,7 +148,7 @@ class RatioTransfer:
         for anchor in sorted(self._types_of.get(model, ())):
             if cls == "fp32" and self._across_tf32(anchor, gpu_type):
                 continue
-            own = self._sps(model, input_name, anchor, cls, gpus, batch_size)
+            own = self._sps(model, input_name, anchor, cls or ANY, gpus, batch_size)
             per = {g: r for g, r in self.ratios(gpu_type, anchor, cls, gpus).items() if g != model}
             if own is None or not per:
                 continue

@@ -119,3 +119,14 @@ def test_the_model_serves_a_transfer_where_references_were_measured():
     assert kind == "transfer"
     assert point == pytest.approx(10.0 * 1.5, rel=0.05)
     assert low < point < high
+
+
+def test_rows_of_unknown_precision_are_compared_with_every_class():
+    """An admin's file without a precision column: its rows on the new type are compared
+    with the known types' rows of any class, and a query of unknown precision is served."""
+    known = [r for r in _rows() if r.gpu_type != "N"]
+    new = [replace(r, precision="") for r in _rows() if r.gpu_type == "N"]
+    t = RatioTransfer(known + new, _flat)
+    got = t.predict("other", "N", 32, 1, "")
+    assert got is not None and got[0] == pytest.approx(0.5 * 100.0 * 1.2 * 3.0)
+    assert t.predict("other", "N", 32, 1, "fp16") is None  # no FP16 reference on N
