@@ -20,6 +20,7 @@ from predictor.measurements import Measurement, measurements_from_table
 from predictor.model import ThroughputModel, TypeOffsets, spec_ranges
 from predictor.priors import Priors
 from predictor.roofline import Specs
+from predictor.transfer import RatioTransfer
 
 log = logging.getLogger("predictor")
 
@@ -99,6 +100,11 @@ def load(path: str | Path) -> ThroughputModel:
         model.residual_sigma = float(payload.get("residual_sigma", 0.25))
         model.shrink = {str(k): float(v) for k, v in dict(payload.get("shrink", {})).items()}
         model.type_offsets = TypeOffsets.from_list(payload.get("type_offsets", ()))
+        model.transfer = RatioTransfer(
+            model.measurements,
+            model.priors.speedup,
+            has_tf32=lambda gpu: model.specs.gpu(gpu).tf32_tflops > 0,
+        )
         model.ranges = spec_ranges(
             model.specs.gpu(g) for g in {m.gpu_type for m in model.measurements}
         )

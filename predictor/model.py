@@ -49,6 +49,7 @@ from predictor.features import FEATURES, feature_row
 from predictor.measurements import Measurement, Predictions, Query, query_of
 from predictor.priors import Priors
 from predictor.roofline import Specs
+from predictor.transfer import RatioTransfer
 
 log = logging.getLogger("predictor")
 
@@ -211,6 +212,7 @@ class ThroughputModel:
         self.shrink: dict[str, float] = {"anchor": 0.0, "roofline": 0.0}
         self.table: BenchmarkTable | None = None
         self.type_offsets = TypeOffsets()
+        self.transfer: RatioTransfer | None = None
         self.ranges: list[tuple[float, float]] = []
         self.fitted = False
 
@@ -314,6 +316,11 @@ class ThroughputModel:
         )
         self.ranges = spec_ranges(
             self.specs.gpu(g) for g in {m.gpu_type for m in self.measurements}
+        )
+        self.transfer = RatioTransfer(
+            self.measurements,
+            self.priors.speedup,
+            has_tf32=lambda gpu: self.specs.gpu(gpu).tf32_tflops > 0,
         )
         self.fitted = True
         return self
@@ -440,8 +447,25 @@ class ThroughputModel:
             hi = np.maximum(spread * parts.hi + prior_band, floor)
             # a type measured on other models: their error there replaces the residual
             kind_list = list(parts.kinds)
+            log_prior = parts.log_prior.copy()
             for j, i in enumerate(todo):
                 q = queries[i]
+                # other models measured on this type: their observed speed ratio over the
+                # known types, moved to this model (predictor.transfer), when 3+ types agree
+                moved = (
+                    self.transfer.predict(
+                        q.model, q.gpu_type, q.batch_size, q.gpus, q.precision, q.input
+                    )
+                    if self.transfer is not None
+                    else None
+                )
+                if moved is not None:
+                    log_prior[j] = math.log(moved[0])
+                    mid[j] = 0.0
+                    lo[j] = min(-moved[1], -floor)
+                    hi[j] = max(moved[1], floor)
+                    kind_list[j] = "transfer"
+                    continue
                 found = (
                     self.type_offsets.offset(
                         q.gpu_type,
@@ -460,9 +484,9 @@ class ThroughputModel:
                     hi[j] = max(half, floor)
                     kind_list[j] = "anchor+type"
             idx = np.asarray(todo)
-            point[idx] = np.exp(parts.log_prior + mid)
-            low[idx] = np.exp(parts.log_prior + mid + lo)
-            high[idx] = np.exp(parts.log_prior + mid + hi)
+            point[idx] = np.exp(log_prior + mid)
+            low[idx] = np.exp(log_prior + mid + lo)
+            high[idx] = np.exp(log_prior + mid + hi)
             for j, i in enumerate(todo):
                 kinds[i] = kind_list[j]
         return Predictions(point, low, high, tuple(kinds))

@@ -104,6 +104,11 @@ class Priors:
             )
         return self._ratios[key]
 
+    def speedup(self, anchor: str, target: str, precision: str, model: str = "") -> float:
+        """The spec sheet's speed-up of ``target`` over ``anchor`` (:func:`blend_ratio`)
+        with ``model``'s compute share (:meth:`model_alpha`), the shared one without."""
+        return self._ratio(anchor, target, precision, model)
+
     def model_alpha(self, model: str, target: str, precision: str) -> float:
         """The compute share of ``model``'s own one-GPU rows of other types than
         ``target`` in ``precision``'s class (:func:`fit_alpha`); the global one when they
