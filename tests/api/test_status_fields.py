@@ -101,6 +101,8 @@ def test_a_range_is_shown_only_while_its_latest_bound_is_ahead():
     assert both["estimatedStart"] == "2027-01-15T08:10:00Z" and both["eta"] == "08:10:00Z"
     near, again = start_fields(now + 600, now + 10, now + 1200, now)
     assert near["estimatedStartRange"] == {"latest": "2027-01-15T08:20:00Z"}
-    assert again == now + 600 - IMMINENT_S / 2
+    assert again == now + 600 - IMMINENT_S
+    again_fields, _ = start_fields(now + 600, now + 10, now + 1200, again)
+    assert again_fields["eta"] == IMMINENT and again_fields["estimatedStart"] is None
     gone, again = start_fields(now + 5, now + 1, now + 20, now)
     assert gone["estimatedStartRange"] is None and gone["eta"] == IMMINENT and again is None

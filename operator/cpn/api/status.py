@@ -128,8 +128,9 @@ def start_fields(
     ``estimatedStartRange`` {earliest, latest}; None leaves a field out. No instant shown
     is before ``now_s + imminent_s``; a bound of the range that near is left out
     (earliest: it could be any moment; latest: then the whole range). The second value is
-    half the imminent window before the first instant shown (None when none is): render
-    again by then, and no instant shown is ever in the past.
+    the imminent window before the first instant shown (None when none is): render again
+    by then (that render shows "imminent" instead), and no instant shown is ever in the
+    past, even when the write lands up to the whole window late (a loaded operator).
     """
     point = upcoming(start_s, now_s, imminent_s)
     fields: dict[str, Any] = {
@@ -145,7 +146,7 @@ def start_fields(
         fields["estimatedStartRange"] = {k: rfc3339(at) for k, at in bounds if at is not None}
         shown += [earliest, latest]
     instants = [at for at in shown if at is not None]
-    return fields, (min(instants) - imminent_s / 2 if instants else None)
+    return fields, (min(instants) - imminent_s if instants else None)
 
 
 def likely(span: Mapping[str, str] | None) -> str:
