@@ -74,6 +74,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 group=draw(st.sampled_from("gh")),
                 user=draw(st.sampled_from(["u1", "u2"])),
                 priority=draw(st.integers(0, 2)),
+                fifo_due_s=draw(st.none() | st.floats(0, 2000)),
             )
         )
     base = PRESETS[draw(st.sampled_from(sorted(PRESETS)))]
@@ -90,6 +91,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         claim_big=draw(st.booleans()),
         drain_after_s=draw(st.sampled_from([None, 100.0, 600.0])),
         drain_ratio=draw(st.sampled_from([0.0, 1.5])),
+        drain_fifo=draw(st.booleans()),
     )
     policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(

@@ -234,6 +234,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_after_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
     "drain_ratio": _number(0.0, MAX_WEIGHT),
     "head": _boolean,
+    "drain_fifo": _boolean,
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": _choice(METHODS),

@@ -104,6 +104,9 @@ class Job:
     suspended: bool = False
     checkpoint: bool = False  # may be preempted and resume from a checkpoint
     checkpoint_interval_s: float | None = None  # None: the policy's preemption default
+    # The instant strict FIFO would have started it by, estimated when first seen
+    # (cpn.core.fifodue); None until then. Past it the job drains (reservation.drain_fifo).
+    fifo_due_s: float | None = None
 
     @property
     def gpus(self) -> float:

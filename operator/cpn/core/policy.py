@@ -113,6 +113,10 @@ class Reservation:
     that would still run at its reserved start is placed there; it starts once
     the jobs running there end (the starvation bound, see docs/policy.md).
 
+    With ``drain_fifo`` a job also drains once the clock passes its FIFO due time
+    (``Job.fifo_due_s``, :mod:`cpn.core.fifodue`): when strict FIFO would have started
+    it by, estimated from the backlog ahead of it when it was first seen.
+
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
     or wait (EASY backfilling's rule): jobs ranked below it start only where they do not
@@ -128,6 +132,7 @@ class Reservation:
     drain_after_s: float | None = 300 * 3600.0
     drain_ratio: float = 3.0
     head: bool = False
+    drain_fifo: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

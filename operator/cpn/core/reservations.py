@@ -22,6 +22,7 @@ from functools import cached_property
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape
+from cpn.core.fifodue import fifo_due
 from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
@@ -315,8 +316,11 @@ class Reservations:
 
     def _draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
-        times the mean wait of the pending jobs (the starvation guard)."""
+        times the mean wait of the pending jobs (the starvation guard), or with
+        ``reservation.drain_fifo`` once the clock is past its FIFO due time."""
         res_policy = self.policy.reservation
+        if res_policy.drain_fifo and fifo_due(job, self.now):
+            return True
         after = res_policy.drain_after_s
         waited = self.waited(job)
         if after is None or waited < after:

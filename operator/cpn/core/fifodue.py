@@ -1,0 +1,65 @@
+"""FIFO due times: by when strict FIFO would have started a job, estimated once.
+
+When a job is first seen its due time is the instant the fleet, working through the
+backlog ahead of it at full width, would reach it::
+
+    due = now + (sum over running jobs of gpus x max(predicted_end - now, 0)
+                 + sum over jobs pending before it of gpus x estimated runtime)
+                / total GPUs of the fleet
+
+Jobs first seen in the same cycle are taken in submit order, each adding its own
+work for the next. A pending job's estimated runtime is the median of its per-GPU-type
+predictions, else the user's estimate, else 0. The due time is stamped once
+(``Job.fifo_due_s``) and never recomputed; with ``reservation.drain_fifo`` a job past
+it drains (:meth:`cpn.core.reservations.Reservations._draining`). The simulator and
+the operator both stamp through :func:`due_times`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+
+from cpn.core.model import Job, Snapshot
+
+
+def estimated_runtime_s(job: Job) -> float:
+    """Median predicted runtime over GPU types, else the user's estimate, else 0."""
+    values = [v for v in job.estimate.runtime_s.values() if v > 0]
+    if values:
+        return float(statistics.median(values))
+    return job.user_estimate_s or 0.0
+
+
+def fleet_gpus(snapshot: Snapshot) -> float:
+    """Total GPUs of the fleet's nodes."""
+    return float(sum(node.gpus for cluster in snapshot.clusters for node in cluster.nodes))
+
+
+def due_times(snapshot: Snapshot) -> Mapping[str, float]:
+    """FIFO due times for the pending jobs of ``snapshot`` that have none, by key.
+
+    Empty while the fleet has no GPUs: the backlog's pace is unknown, so the jobs are
+    stamped in the first cycle that sees capacity.
+    """
+    new = [job for job in snapshot.pending if job.fifo_due_s is None]
+    total = fleet_gpus(snapshot)
+    if not new or total <= 0:
+        return {}
+    now = snapshot.now_s
+    work = sum(r.job.gpus * max(r.predicted_end_s - now, 0.0) for r in snapshot.running)
+    work += sum(
+        job.gpus * estimated_runtime_s(job)
+        for job in snapshot.pending
+        if job.fifo_due_s is not None
+    )
+    due: dict[str, float] = {}
+    for job in sorted(new, key=lambda j: (j.submit_s, j.key)):
+        due[job.key] = now + work / total
+        work += job.gpus * estimated_runtime_s(job)
+    return due
+
+
+def fifo_due(job: Job, now_s: float) -> bool:
+    """True once ``now_s`` has reached ``job``'s FIFO due time."""
+    return job.fifo_due_s is not None and now_s >= job.fifo_due_s
