@@ -326,3 +326,26 @@ def test_feasibility_counts_gpu_memory_cpu_and_memory(extra, want_infeasible):
     rec = by_id(result)["a"]
     assert rec.infeasible is want_infeasible
     assert (rec.finish_s is None) is want_infeasible
+
+
+def test_each_job_is_stamped_its_fifo_due_time_once_when_first_seen(recorder):
+    """The world stamps a job's FIFO due time (cpn.core.fifodue) in the first snapshot that
+    holds it: running work left plus the work pending before it, over the fleet's 8 GPUs.
+    Later snapshots keep it."""
+    jobs = [
+        tjob("a", submit_s=0, gpus=8, duration_s=1000),
+        tjob("c", submit_s=10, gpus=4, duration_s=300),
+        tjob("b", submit_s=9, gpus=4, duration_s=500),
+    ]
+    plan, seen = recorder(greedy_plan)
+    world(jobs, plan=plan).run()
+    due: dict[str, set[float]] = defaultdict(set)
+    for snap in seen:
+        for job in snap.pending:
+            assert job.fifo_due_s is not None
+            due[job.key].add(job.fifo_due_s)
+    assert {key: sorted(times) for key, times in due.items()} == {
+        "a": [0.0],
+        "b": [pytest.approx(9 + 8 * 991 / 8)],
+        "c": [pytest.approx(10 + (8 * 990 + 4 * 500) / 8)],
+    }
