@@ -35,6 +35,16 @@ POLICIES = {
         aging=Aging(rate=1.0, max_wait_s=None),
         reservation=Reservation(min_gpus=8, drain_after_s=20 * 3600.0, drain_ratio=1.2),
     ),
+    "drain-fifo": QueuePolicy(
+        aging=Aging(rate=1.0, max_wait_s=None),
+        reservation=Reservation(min_gpus=8, drain_after_s=None, drain_fifo=True),
+    ),
+    "drain-fifo-and-wait": QueuePolicy(
+        aging=Aging(rate=1.0, max_wait_s=None),
+        reservation=Reservation(
+            min_gpus=8, drain_after_s=20 * 3600.0, drain_ratio=1.2, drain_fifo=True
+        ),
+    ),
     "wait-for-faster": QueuePolicy(placement=Placement(wait_for_faster=True)),
     "first-of-model-alone": QueuePolicy(placement=Placement(first_of_model_alone=True)),
     "quotas": QueuePolicy(
@@ -115,6 +125,8 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
             fields["gpu_types"] = frozenset({rng.choice(TYPES)})
         if rng.random() < 0.05:
             fields["not_before_s"] = now + rng.uniform(0, 5000)
+        if policy.reservation.drain_fifo and rng.random() < 0.7:  # due before, now or later
+            fields["fifo_due_s"] = now + rng.uniform(-20_000, 40_000)
         new = policy.placement.first_of_model_alone and rng.random() < 0.3
         if new:  # a job of a model never seen: it runs alone (cpn.core.alone)
             fields["model"] = f"m{rng.randint(0, 3)}"

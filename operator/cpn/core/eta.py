@@ -144,6 +144,10 @@ class _Focus:
         }
         self.submit = np.array([j.submit_s for j in self.jobs], dtype=np.float64)
         self.not_before = np.array([j.not_before_s for j in self.jobs], dtype=np.float64)
+        inf = float("inf")
+        self.due = np.array(
+            [inf if j.fifo_due_s is None else j.fifo_due_s for j in self.jobs], dtype=np.float64
+        )
         self.gpus = np.array([j.gpus for j in self.jobs], dtype=np.float64)
         self.level = np.array(
             [
@@ -261,6 +265,11 @@ class _Focus:
             old = self.alive & (waited >= after)
             if old.any():
                 draining = old & (waited >= res.drain_ratio * _mean_wait(self.jobs, alive, now))
+        # ... and with drain_fifo the jobs past their FIFO due time, whatever the mean.
+        due = np.zeros_like(old)
+        if res.enabled and res.drain_fifo:
+            due = self.alive & (self.due <= now)
+        drains = draining | due
         scores = self._scores(base)
         order = order[
             np.lexsort(
@@ -287,7 +296,7 @@ class _Focus:
             if max_wait is not None:
                 worthy |= waited >= max_wait
             claims = (self.gpus >= res.min_gpus) if res.claim_big else np.zeros_like(worthy)
-            holders = eligible & (draining | heads | worthy & (claims | ~fits[self.class_of]))
+            holders = eligible & (drains | heads | worthy & (claims | ~fits[self.class_of]))
         # Possible holders in the order Reservations.reserve_ahead tries them; it stops at
         # max_reservations, so those after the first few matter only when these reserve less.
         ranked = np.flatnonzero(holders)
@@ -298,7 +307,7 @@ class _Focus:
                     self.submit[ranked],
                     ~heads[ranked],
                     self.gpus[ranked] < res.min_gpus,
-                    ~draining[ranked],
+                    ~drains[ranked],
                     self.level[ranked],
                 )
             )
@@ -311,7 +320,7 @@ class _Focus:
             if self.dominance:
                 chosen[self._probes(eligible & ~chosen, fit_now)] = True
             if old.any():
-                balanced = self._balance(chosen, eligible, old, draining, waited, now)
+                balanced = self._balance(chosen, eligible, old & ~due, draining, waited, now)
                 if balanced is None:
                     break
                 chosen = balanced
