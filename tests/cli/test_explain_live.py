@@ -20,6 +20,7 @@ WAITING = {
         "position": 3,
         "eta": "19:44:02Z",
         "estimatedStart": "2026-11-22T19:44:02Z",
+        "fifoDue": "2026-11-22T18:00:00Z",
         "estimatedStartRange": {
             "earliest": "2026-11-22T19:30:00Z",
             "latest": "2026-11-22T20:10:00Z",
@@ -47,6 +48,7 @@ RUNNING = {
         "gpuType": "V100-32GB",
         "nodes": ["member-b-3"],
         "eta": "16:26:25Z",
+        "fifoDue": "2026-11-22T12:00:00Z",
         "placement": {
             "chosen": {
                 "cluster": "member-b",
@@ -78,6 +80,7 @@ def test_a_waiting_job_shows_its_condition_place_and_start_range():
     assert text.splitlines()[0] == "team-a/llama-5: Queued (Capacity), position 3 in queue default"
     assert "  why: needs 2 x 8 GPU(s); room frees when team-b/big" in text
     assert "  start: 19:44:02Z (likely 19:30:00Z to 20:10:00Z)" in text
+    assert "  FIFO due: 2026-11-22T18:00:00Z (strict FIFO's estimated start)" in text
     assert text.splitlines()[-1] == "  (waiting since 2026-11-22T13:40:00Z)"
 
 
@@ -87,7 +90,7 @@ def test_a_running_job_shows_the_place_chosen_and_the_runner_up_with_their_costs
     assert chosen.split()[:3] == ["chosen:", "member-b", "V100-32GB"]
     assert runner.split()[:3] == ["runner-up:", "member-a", "A100-80GB"]
     assert "wait    6h04m" in runner and "completion    7h05m" in runner
-    assert "  finish: 16:26:25Z" in text and "start:" not in text
+    assert "  finish: 16:26:25Z" in text and "start:" not in text and "FIFO due" not in text
 
 
 def test_a_job_the_operator_has_not_seen_says_so():

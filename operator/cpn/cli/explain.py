@@ -91,6 +91,7 @@ def live_view(body: Mapping[str, Any]) -> dict[str, Any]:
         "estimatedStart": status.get("estimatedStart"),
         "estimatedStartRange": status.get("estimatedStartRange"),
         "estimatedFinish": status.get("estimatedFinish"),
+        "fifoDue": status.get("fifoDue"),
         "cluster": status.get("cluster"),
         "gpuType": status.get("gpuType"),
         "nodes": status.get("nodes"),
@@ -117,6 +118,9 @@ def render_live(view: Mapping[str, Any]) -> str:
         lines.append(f"  on: {view['cluster']} ({view.get('gpuType', '')}), nodes {nodes}")
     if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("eta"):
         lines.append(f"  start: {view['eta']}{likely(view.get('estimatedStartRange'))}")
+    if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("fifoDue"):
+        # docs/policy.md: past it the job drains when the policy has reservation.drain_fifo
+        lines.append(f"  FIFO due: {view['fifoDue']} (strict FIFO's estimated start)")
     elif view.get("eta"):
         lines.append(f"  finish: {view['eta']}")
     placement = view.get("placement") or {}

@@ -266,6 +266,7 @@ def _signature(record: Record) -> tuple[Any, ...]:
         record.start_s,
         record.finish_s,
         record.not_before_s,
+        record.fifo_due_s is None,  # its FIFO due time is written at once (kept on restart)
         record.eta_start_s is None,
         record.gpu_usage is None,  # its first reading is written at once, later ones paced
         record.position,

@@ -81,6 +81,7 @@ def render_status(
         "completionTime": rfc3339(record.finish_s) if record.finish_s else None,
         "actualRuntimeSeconds": round(record.actual_s, 1) if record.actual_s else None,
         "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
+        "fifoDue": rfc3339(record.fifo_due_s),
     }
     status.update(preemption_status(record))
     if not waiting:

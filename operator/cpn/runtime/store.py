@@ -20,6 +20,7 @@ from cpn.core.capacity import Usage, worker_gpus
 from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
+from cpn.core.fifodue import due_times
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
@@ -81,6 +82,7 @@ class Record:
     attempts: int = 0
     fence: str = ""  # the current attempt's fencing token (cpn.core.fence)
     not_before_s: float = 0.0
+    fifo_due_s: float | None = None  # its FIFO due time, stamped once (status.fifoDue)
     cluster: str = ""
     gpu_type: str = ""
     nodes: tuple[str, ...] = ()
@@ -309,8 +311,17 @@ class Store:
                 continue  # one member Job at a time: the next once the preempted one is gone
             job = record.job
             assert job is not None
-            if job.attempts != record.attempts or job.not_before_s != record.not_before_s:
-                job = replace(job, attempts=record.attempts, not_before_s=record.not_before_s)
+            if (
+                job.attempts != record.attempts
+                or job.not_before_s != record.not_before_s
+                or job.fifo_due_s != record.fifo_due_s
+            ):
+                job = replace(
+                    job,
+                    attempts=record.attempts,
+                    not_before_s=record.not_before_s,
+                    fifo_due_s=record.fifo_due_s,
+                )
             pending.append(job)
         running = []
         for record in self.active():
@@ -338,7 +349,7 @@ class Store:
                 )
                 record.as_running = item
             running.append(item)
-        return Snapshot(
+        snapshot = Snapshot(
             now_s=now_s,
             policy=self.policy,
             pending=tuple(pending),
@@ -346,6 +357,22 @@ class Store:
             clusters=tuple(clusters),
             bandwidth_gbps=bandwidth,
         )
+        return self._stamp_due(snapshot)
+
+    def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with a FIFO due time on each pending job that enters a cycle without
+        one (:func:`cpn.core.fifodue.due_times`, as the simulator stamps them); the record
+        keeps it, its status shows it (``fifoDue``) and a restart reads it back."""
+        due = due_times(snapshot)
+        if not due:
+            return snapshot
+        for key, due_s in due.items():
+            self.records[key].fifo_due_s = due_s
+        pending = tuple(
+            replace(job, fifo_due_s=due[job.key]) if job.key in due else job
+            for job in snapshot.pending
+        )
+        return replace(snapshot, pending=pending)
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -365,6 +392,7 @@ def _restore(record: Record, status: Mapping[str, Any]) -> None:
     record.attempts = int(status.get("attempts") or 0)
     record.fence = str(status.get("fence") or "")
     record.not_before_s = parse_time(status.get("notBefore")) or 0.0
+    record.fifo_due_s = parse_time(status.get("fifoDue"))
     record.cluster = str(status.get("cluster") or "")
     record.gpu_type = str(status.get("gpuType") or "")
     record.nodes = tuple(status.get("nodes") or ())
