@@ -8,8 +8,6 @@ used or reached is a :class:`~cpn.adapters.hubcli.HubError` worded for the user 
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,9 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from cpn.adapters.hubcli import HubAnswer, HubError
-from cpn.adapters.kube import client_from_kubeconfig
+from cpn.adapters.kube import client_from_kubeconfig, member_kubeconfig
 from cpn.api import constants as k
-from cpn.api.kubeconfig import kubeconfig_problems
 from predictor.catalog import UnknownName, canonical_gpu
 
 
@@ -54,24 +51,19 @@ def read_member(api: client.ApiClient, name: str) -> dict[str, Any]:
 
 def _member_api(api: client.ApiClient, member: Mapping[str, Any], namespace: str) -> Any:
     name = member["metadata"]["name"]
-    ref = (member.get("spec") or {}).get("kubeconfigSecret") or {}
-    secret_name, key = str(ref.get("name", "")), str(ref.get("key") or "kubeconfig")
+    spec = member.get("spec") or {}
+    secret_name = str((spec.get("kubeconfigSecret") or {}).get("name", ""))
     try:
-        secret = client.CoreV1Api(api).read_namespaced_secret(secret_name, namespace)
+        text = member_kubeconfig(client.CoreV1Api(api), spec, namespace)
     except ApiException as err:
         raise HubError(
             f"cannot read member {name}'s kubeconfig Secret {namespace}/{secret_name} "
             f"({err.status} {err.reason})"
         ) from None
-    raw = (secret.data or {}).get(key)
-    try:
-        text = base64.b64decode(raw or "").decode()
-    except (binascii.Error, UnicodeDecodeError):
-        text = ""
-    problems = kubeconfig_problems(text) if text else [f"no key {key!r}"]
-    if problems:
-        why = "; ".join(problems)
-        raise HubError(f"member {name}'s kubeconfig Secret {secret_name} is not usable: {why}")
+    except ValueError as why:
+        raise HubError(
+            f"member {name}'s kubeconfig Secret {secret_name} is not usable: {why}"
+        ) from None
     try:
         return client_from_kubeconfig(text)
     except (config.ConfigException, ValueError, TypeError) as err:

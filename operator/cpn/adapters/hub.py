@@ -9,7 +9,6 @@ raises :class:`~cpn.runtime.ports.CallFailed`.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,11 +18,10 @@ from kubernetes.config import ConfigException
 
 from cpn.adapters import lastgood
 from cpn.adapters.events import post_event
-from cpn.adapters.kube import Informer, call_failed, client_from_kubeconfig
+from cpn.adapters.kube import Informer, call_failed, client_from_kubeconfig, member_kubeconfig
 from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
-from cpn.api.kubeconfig import kubeconfig_problems
 from cpn.config import OperatorConfig
 from cpn.runtime.ports import MemberUnusable, MemberWatchFn, ProbeFn, SavedPolicy, WatchFn
 
@@ -141,22 +139,8 @@ class KubeHub:
     def connect_member(
         self, name: str, spec: Mapping[str, Any], on_event: MemberWatchFn, on_probe: ProbeFn
     ) -> Member:
-        secret_ref = spec.get("kubeconfigSecret") or {}
         try:
-            secret = self.core.read_namespaced_secret(
-                secret_ref.get("name", ""), self.config.namespace
-            )
-            raw = (secret.data or {}).get(secret_ref.get("key") or "kubeconfig")
-            if not raw:
-                raise ValueError(
-                    f"secret {secret_ref.get('name')} has no key "
-                    f"{secret_ref.get('key') or 'kubeconfig'!r}"
-                )
-            text = base64.b64decode(raw).decode()
-            problems = kubeconfig_problems(text)  # no exec plugins, no local files
-            if problems:
-                raise ValueError("; ".join(problems))
-            api = client_from_kubeconfig(text)
+            api = client_from_kubeconfig(member_kubeconfig(self.core, spec, self.config.namespace))
             widen_pool(api, self.config.dispatch_workers)
         except (ApiException, ValueError, ConfigException) as err:
             raise MemberUnusable(getattr(err, "reason", None) or str(err)) from err

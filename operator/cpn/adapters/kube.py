@@ -12,6 +12,8 @@ the operator's CPU with thousands of pods and Jobs.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -91,6 +93,28 @@ def client_from_kubeconfig(kubeconfig: Mapping[str, Any] | str) -> client.ApiCli
     loader.load_and_set(cfg)
     cfg.retries = 1
     return client.ApiClient(configuration=cfg)
+
+
+def member_kubeconfig(core: Any, spec: Mapping[str, Any], namespace: str) -> str:
+    """The kubeconfig text of a MemberCluster ``spec`` from its Secret in ``namespace``
+    (``spec.kubeconfigSecret``: name, key default ``kubeconfig``), checked to need no exec
+    plugin and no local file. Raises ApiException when the Secret cannot be read, and
+    ValueError saying why its content is unusable."""
+    from cpn.api.kubeconfig import kubeconfig_problems
+
+    ref = spec.get("kubeconfigSecret") or {}
+    name, key = str(ref.get("name", "")), str(ref.get("key") or "kubeconfig")
+    raw = (core.read_namespaced_secret(name, namespace).data or {}).get(key)
+    if not raw:
+        raise ValueError(f"secret {name} has no key {key!r}")
+    try:
+        text = base64.b64decode(raw).decode()
+    except (binascii.Error, UnicodeDecodeError) as err:
+        raise ValueError(f"secret {name} key {key!r} is not base64 text: {err}") from None
+    problems = kubeconfig_problems(text)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return text
 
 
 def hub_client() -> client.ApiClient:
