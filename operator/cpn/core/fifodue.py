@@ -13,6 +13,13 @@ predictions, else the user's estimate, else 0. The due time is stamped once
 (``Job.fifo_due_s``) and never recomputed; with ``reservation.drain_fifo`` a job past
 it drains (:meth:`cpn.core.reservations.Reservations._draining`). The simulator and
 the operator both stamp through :func:`due_times`.
+
+The due time is a wait budget: FIFO would have let the job wait until then, then run it
+to the end. A preempted job's due time moves later by the time it ran in the attempt
+stopped (:func:`resumed_due_s`), so its waits in all stay within that budget: a job
+started before its due time keeps the slack it had, one started after it has none left
+and drains as soon as it is requeued, which is why preemption never picks it
+(:func:`cpn.core.preemption.choose_preemptions`).
 """
 
 from __future__ import annotations
@@ -63,3 +70,8 @@ def due_times(snapshot: Snapshot) -> Mapping[str, float]:
 def fifo_due(job: Job, now_s: float) -> bool:
     """True once ``now_s`` has reached ``job``'s FIFO due time."""
     return job.fifo_due_s is not None and now_s >= job.fifo_due_s
+
+
+def resumed_due_s(due_s: float | None, ran_s: float) -> float | None:
+    """The due time of a job preempted after running ``ran_s`` seconds in its attempt."""
+    return None if due_s is None else due_s + max(ran_s, 0.0)

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey
+from cpn.core.fifodue import resumed_due_s
 from cpn.core.model import Preempt, Running, Snapshot
 from cpn.core.policy import Preemption
 from cpn.core.queue import Ranked, effective_priority, order_jobs, runtime_for_order
@@ -86,13 +87,16 @@ def choose_preemptions(
         r.job.key: preemption_cost_gpu_s(r, now, rules) if priced else 0.0 for r in snapshot.running
     }
     # A victim that would hold a reservation once requeued (big, long-waiting or
-    # draining) would claim its room straight back: never preempted.
+    # draining, its FIFO due time moved as a preemption moves it) would claim its room
+    # straight back: never preempted.
     movable = {
         r.job.key
         for r, served in zip(snapshot.running, running_jobs, strict=True)
         if r.job.checkpoint
         and now - r.start_s >= rules.min_run_s
-        and not reservations.reserves(served)
+        and not reservations.reserves(
+            replace(served, fifo_due_s=resumed_due_s(served.fifo_due_s, now - r.start_s))
+        )
     }
     victims_taken: set[str] = set()
     out: list[Preempt] = []

@@ -20,7 +20,7 @@ from cpn.core.capacity import Usage, worker_gpus
 from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
-from cpn.core.fifodue import due_times
+from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
@@ -309,24 +309,12 @@ class Store:
         for record in self.pending():
             if record.draining:
                 continue  # one member Job at a time: the next once the preempted one is gone
-            job = record.job
-            assert job is not None
-            if (
-                job.attempts != record.attempts
-                or job.not_before_s != record.not_before_s
-                or job.fifo_due_s != record.fifo_due_s
-            ):
-                job = replace(
-                    job,
-                    attempts=record.attempts,
-                    not_before_s=record.not_before_s,
-                    fifo_due_s=record.fifo_due_s,
-                )
-            pending.append(job)
+            pending.append(_synced(record))
         running = []
         for record in self.active():
             if record.job is None or not record.cluster:
                 continue
+            _synced(record)
             began = record.start_s or record.dispatch_s or now_s
             end = began + record.transfer_s + record.predicted_runtime_s
             item = record.as_running  # most running jobs are as they were last cycle
@@ -369,8 +357,7 @@ class Store:
         for key, due_s in due.items():
             self.records[key].fifo_due_s = due_s
         pending = tuple(
-            replace(job, fifo_due_s=due[job.key]) if job.key in due else job
-            for job in snapshot.pending
+            _synced(self.records[job.key]) if job.key in due else job for job in snapshot.pending
         )
         return replace(snapshot, pending=pending)
 
@@ -382,6 +369,25 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in body.items() if key not in {"metadata", "status"}}
     out["metadata"] = meta
     return out
+
+
+def _synced(record: Record) -> Job:
+    """``record.job`` with the record's attempts, back-off and FIFO due time, kept on the
+    record so a running job is the same object from one cycle to the next."""
+    job = record.job
+    assert job is not None
+    if (
+        job.attempts != record.attempts
+        or job.not_before_s != record.not_before_s
+        or job.fifo_due_s != record.fifo_due_s
+    ):
+        job = record.job = replace(
+            job,
+            attempts=record.attempts,
+            not_before_s=record.not_before_s,
+            fifo_due_s=record.fifo_due_s,
+        )
+    return job
 
 
 def _restore(record: Record, status: Mapping[str, Any]) -> None:
@@ -429,8 +435,11 @@ def preempted(record: Record, now_s: float, why: str, policy: Preemption) -> flo
     record.preempted_s, record.preempted_why = now_s, why
     record.attained_s += ran
     record.checkpointed_s += kept
+    record.fifo_due_s = resumed_due_s(record.fifo_due_s, ran)
     if job is not None:
-        record.job = replace(job, attained_gpu_s=record.attained_s * job.gpus)
+        record.job = replace(
+            job, attained_gpu_s=record.attained_s * job.gpus, fifo_due_s=record.fifo_due_s
+        )
     return computed - kept
 
 

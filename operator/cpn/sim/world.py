@@ -26,7 +26,7 @@ from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
-from cpn.core.fifodue import due_times
+from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
@@ -567,6 +567,10 @@ class World:
         state.record.lost_gpu_s += max(0.0, held - kept) * job.gpus
         state.record.preemptions += 1
         self._preemptions += 1
-        job = replace(job, attained_gpu_s=job.attained_gpu_s + held * job.gpus)
+        job = replace(
+            job,
+            attained_gpu_s=job.attained_gpu_s + held * job.gpus,
+            fifo_due_s=resumed_due_s(job.fifo_due_s, held),
+        )
         state.job = job
         self._enqueue(job)
