@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cpn.core.capacity import Capacity
 from cpn.core.cycle import plan_cycle
-from cpn.core.fifodue import due_times, estimated_runtime_s
+from cpn.core.fifodue import due_times, estimated_runtime_s, resumed_due_s
 from cpn.core.policy import QueuePolicy, Reservation
 from cpn.core.quota import QuotaLedger
 from cpn.core.reservations import Reservations
@@ -109,3 +109,44 @@ def test_draining_by_wait_still_works_with_drain_fifo():
     snap = snapshot(jobs=[j], clusters=[cluster("m", nodes("m", 1))], now_s=500, policy=policy)
     res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
     assert res._draining(j)
+
+
+@pytest.mark.parametrize(
+    ("started_s", "due_s", "preempted"),
+    [
+        (0.0, 500.0, True),  # started 500 s before FIFO would have: 500 s of slack left
+        (0.0, None, True),  # never stamped: no budget to keep
+        (600.0, 500.0, False),  # started after its due time: requeued, it drains at once
+    ],
+)
+def test_only_a_victim_with_fifo_slack_left_is_preempted(
+    started_s: float, due_s: float | None, preempted: bool
+):
+    """With drain_fifo a preempted job's due time moves later by what it ran, so a job
+    that started before its due time may yield; one that started after it would drain as
+    soon as it is requeued and claim its room straight back: it is not preempted."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    veteran = job("veteran", gpus=4, runtime_s=40_000.0, checkpoint=True, fifo_due_s=due_s)
+    r = running(veteran, "m", A100, ("m-0",), start_s=started_s, end_s=started_s + 40_000)
+    policy = QueuePolicy(
+        name="p",
+        preemption=Preemption(enabled=True, min_run_s=0),
+        reservation=Reservation(drain_fifo=True),
+    )
+    snap = snapshot(
+        jobs=[job("fresh", gpus=4, runtime_s=1_000.0, submitted_s=1000, fifo_due_s=9e9)],
+        clusters=[c],
+        running_jobs=[r],
+        now_s=1000,
+        policy=policy,
+    )
+    want = [("veteran", "fresh")] if preempted else []
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
+
+
+def test_resumed_due_time_adds_what_the_attempt_ran():
+    assert resumed_due_s(100.0, 40.0) == 140.0
+    assert resumed_due_s(100.0, -5.0) == 100.0  # a clock step back adds nothing
+    assert resumed_due_s(None, 40.0) is None
