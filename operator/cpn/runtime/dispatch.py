@@ -13,11 +13,11 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.jobs import render_job
-from cpn.api.status import human_duration, queue_positions
+from cpn.api.status import queue_positions
 from cpn.core.explain import Choice, Frees
-from cpn.core.fence import holds_for_member, next_fence
+from cpn.core.fence import holds_for_member
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
-from cpn.runtime import lifecycle
+from cpn.runtime import effects, lifecycle
 from cpn.runtime.following import uncreated
 from cpn.runtime.hubwatch import HubWatch
 from cpn.runtime.ports import CallFailed, Member, describe
@@ -163,55 +163,45 @@ class Dispatching(HubWatch):
             record.position = places.get(record.key, 0)
 
     def _dispatch(self, record: Record, start: Start, choice: Choice | None = None) -> None:
-        """Assume the start (the record holds its GPUs from now) and launch the create."""
+        """Assume the start (the record holds its GPUs from now: :func:`lifecycle.dispatched`)
+        and launch the create."""
         member = self.members.get(start.cluster)
-        if member is None or record.job is None:
+        if member is None:
             return
-        attempt = record.attempts + 1
-        record.attempts = attempt
-        record.fence = next_fence(record.fence, attempt, secrets.token_hex(4))
-        record.phase = k.PHASE_DISPATCHED
-        record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
-        record.alone = start.alone
-        record.predicted_runtime_s = start.predicted_runtime_s
-        resume_from = None
-        if record.preemptions:  # the rest of its work, after the restart
-            resume_from = record.checkpointed_s
-            record.predicted_runtime_s = self.store.policy.preemption.restart_cost_s + max(
-                0.0, start.predicted_runtime_s - resume_from
-            )
-        record.transfer_s = start.transfer_s
-        record.dispatch_s = self.clock.wall()
-        record.not_before_s = 0.0
-        record.position, record.frees, record.choice = 0, None, choice
+        step = lifecycle.dispatched(
+            record,
+            start,
+            choice,
+            self.clock.wall(),
+            nonce=secrets.token_hex(4),
+            restart_cost_s=self.store.policy.preemption.restart_cost_s,
+        )
+        creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
+        others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
+        self.carry_out(record, lifecycle.Step(step.record, others))
+        for create in creates:
+            self._launch(record, member, start, create)
+
+    def _launch(
+        self, record: Record, member: Member, start: Start, create: effects.CreateJob
+    ) -> None:
+        """Render the member Job of a dispatched record and create it in the background."""
         manifest = render_job(
             record.body,
             start,
-            attempt=attempt,
+            attempt=create.attempt,
             hub=self.config.hub,
             namespace=member.spec.namespace,
             affinity=self.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
             hami_pool=self.config.hami_pool or None,
-            resume_from_s=resume_from,
+            resume_from_s=create.resume_from_s,
             fence=record.fence,
         )
-        record.member_job = manifest["metadata"]["name"]
-        record.reason = "Dispatched"
-        record.message = (
-            f"dispatched to {start.cluster} ({start.gpu_type}, "
-            f"node {', '.join(sorted(set(start.nodes)))}); predicted "
-            f"{human_duration(record.predicted_runtime_s)}"
-        )
-        if resume_from is not None:
-            record.message += (
-                f"; resumes from its checkpoint at {human_duration(resume_from) or '0s'}"
-                f" (attempt {attempt}, after {record.preemptions} preemption(s))"
-            )
         if self.config.dry_run:
             return
         task = asyncio.get_running_loop().create_task(
-            self._create(record, member, manifest, attempt)
+            self._create(record, member, manifest, create.attempt)
         )
         self._inflight[record.key] = task
         task.add_done_callback(lambda done: self._landed(record.key, done))
