@@ -22,6 +22,10 @@ so (3) never precedes (2).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from cpn.core.model import CyclePlan, Snapshot
 from cpn.runtime.loop import Loop
 
 
@@ -33,6 +37,26 @@ class Runtime(Loop):
     clusters), :mod:`~cpn.runtime.hubwatch` (AIJobs, Namespaces, the policy),
     :mod:`~cpn.runtime.dispatch` (a plan carried out), :mod:`~cpn.runtime.loop` (when to
     cycle); here, stopping."""
+
+    @property
+    def benchmarks(self) -> dict[str, Mapping[str, Any]]:
+        """The GPUBenchmarks on the hub, by name (:class:`~cpn.runtime.benchmarks.Benchmarking`)."""
+        return self.benchmarking.benchmarks
+
+    @property
+    def benchmarks_listed(self) -> bool:
+        return self.benchmarking.listed
+
+    @benchmarks_listed.setter
+    def benchmarks_listed(self, listed: bool) -> None:
+        self.benchmarking.listed = listed
+
+    @property
+    def _bench_busy(self) -> set[str]:
+        return self.benchmarking.busy
+
+    def benchmarks_after_cycle(self, snapshot: Snapshot, plan: CyclePlan) -> None:
+        self.benchmarking.after_cycle(snapshot, plan)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from cpn.api import constants as k
 from cpn.core.cycle import plan_cycle
@@ -16,13 +17,18 @@ from cpn.core.eta import project
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
+from cpn.runtime.dispatch import Dispatching
 from cpn.runtime.state import WRITE_WORKERS
 
 log = logging.getLogger(__name__)
 
 
-class Loop(Benchmarking):
+class Loop(Dispatching):
     """When to cycle, and a cycle."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.benchmarking = Benchmarking(self, self._write_all_soon)
 
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
@@ -47,7 +53,7 @@ class Loop(Benchmarking):
                 self.config.policy_configmap,
             )
         await self.watch_hub()
-        self.watch_benchmarks()
+        self.benchmarking.watch()
         await self.connect_members()
         await self.wait_synced()
         self._requeue_uncreated()
@@ -125,7 +131,7 @@ class Loop(Benchmarking):
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.apply(plan, snapshot, chosen, frees)
-        self.benchmarks_after_cycle(snapshot, plan)
+        self.benchmarking.after_cycle(snapshot, plan)
         self._cycle_end = self.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.observer.cycle_applied(self._cycle_wall_s)

@@ -104,17 +104,9 @@ class RuntimeState:
         self.observer = Observer(config, clock=clock)
         self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
-        # GPUBenchmarks on the hub by name (runtime/benchmarks.py), and those with a call
-        # in flight
-        self.benchmarks: dict[str, Mapping[str, Any]] = {}
-        self.benchmarks_listed = False
-        self._bench_busy: set[str] = set()
-        self._bench_preempted: set[str] = set()  # whose deleted Job may still be seen
-        # the slow-node rule's verdict: the members with slow nodes (core.benchmarks.
-        # slow_nodes), for the MemberClusters' SlowNodes condition, and what it was judged on
+        # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
+        # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
         self.slow_nodes: dict[str, tuple[SlowNode, ...]] = {}
-        self._speeds_judged: object = None
-        self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking API call in the pool."""
