@@ -122,7 +122,7 @@ class Dispatching(HubWatch):
                 record.reason = "InvalidSpec"
                 record.message = record.invalid
                 self._event(record, "InvalidSpec", record.invalid, warning=True)
-        self._write_all_soon()
+        self.writer.write_all_soon()
 
     async def _preempt(self, record: Record, why: str) -> None:
         """Stop a running job for a higher-ranked one: book its service and checkpoint,

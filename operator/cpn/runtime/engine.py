@@ -27,6 +27,7 @@ from typing import Any
 
 from cpn.core.model import CyclePlan, Snapshot
 from cpn.runtime.loop import Loop
+from cpn.runtime.store import Record
 
 
 class Runtime(Loop):
@@ -57,6 +58,9 @@ class Runtime(Loop):
 
     def benchmarks_after_cycle(self, snapshot: Snapshot, plan: CyclePlan) -> None:
         self.benchmarking.after_cycle(snapshot, plan)
+
+    async def _write_status(self, record: Record) -> None:
+        await self.writer.write_status(record)
 
     async def stop(self) -> None:
         self._stopping = True

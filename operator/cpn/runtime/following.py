@@ -17,14 +17,18 @@ from cpn.core.gang import Gang, judge_start
 from cpn.runtime import effects, lifecycle
 from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import Member
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.store import Record
 
 log = logging.getLogger(__name__)
 
 
-class Following(HubWrites):
+class Following(RuntimeState):
     """Member Jobs followed: transitions carried out, start deadlines, the sweep."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = HubWrites(self)
 
     def carry_out(self, record: Record, step: lifecycle.Step) -> None:
         """Take a transition's record (onto ``record`` itself: the store and in-flight

@@ -28,7 +28,7 @@ class Loop(Dispatching):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.benchmarking = Benchmarking(self, self._write_all_soon)
+        self.benchmarking = Benchmarking(self, self.writer.write_all_soon)
 
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
@@ -59,7 +59,7 @@ class Loop(Dispatching):
         self._requeue_uncreated()
         self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
         self._write_workers = [
-            asyncio.get_running_loop().create_task(self._write_worker())
+            asyncio.get_running_loop().create_task(self.writer.worker())
             for _ in range(WRITE_WORKERS)
         ]
         while not self._stopping:
@@ -169,7 +169,7 @@ class Loop(Dispatching):
                 continue
             record.eta_start_s, record.eta_finish_s = found.start_s, found.end_s
             record.eta_range = (found.start_low_s, found.start_high_s)
-        await self.write_all()
+        await self.writer.write_all()
 
 
 def _plan_and_explain(

@@ -48,7 +48,7 @@ class Membership(Following):
             )
         except MemberUnusable as err:
             self.member_status[name] = (False, f"kubeconfig: {err}")
-            await self.write_member_status(name, body)
+            await self.writer.write_member_status(name, body)
             return
         prometheus_url = spec.get("prometheusURL") or ""
         if prometheus_url:

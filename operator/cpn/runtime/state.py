@@ -65,10 +65,8 @@ class RuntimeState:
         self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst, clock=clock.monotonic)
         self.writes = WriteQueue()
         self._write_workers: list[asyncio.Task[None]] = []
-        self._writer: asyncio.Task[None] | None = None
         self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
         self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
-        self._write_again = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
         self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
@@ -90,7 +88,6 @@ class RuntimeState:
         self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
-        self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
         self._metrics_task: asyncio.Task[None] | None = None
