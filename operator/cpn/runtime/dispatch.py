@@ -50,7 +50,7 @@ class Dispatching(HubWatch):
                     name in self.members and self._held_for_member(record, name, timeout_s)
                 ):
                     step = lifecycle.member_lost(record, name, timeout_s, source)
-                    self.carry_out(record, step)
+                    self.following.carry_out(record, step)
 
     def _held_for_member(self, record: Record, name: str, timeout_s: float) -> bool:
         """Under ``retry.member_lost: at-most-once`` a job that does not checkpoint waits
@@ -138,7 +138,7 @@ class Dispatching(HubWatch):
         if member is not None and record.member_job:
             record.draining = (member.name, record.member_job)
             await self.call(quiet, member.delete_job, record.member_job)
-        self.carry_out(record, lifecycle.preempted(record, why, lost))
+        self.following.carry_out(record, lifecycle.preempted(record, why, lost))
 
     def _drained(self) -> None:
         """Preempted records whose old member Job is gone (or whose member is) may start."""
@@ -178,7 +178,7 @@ class Dispatching(HubWatch):
         )
         creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
         others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
-        self.carry_out(record, lifecycle.Step(step.record, others))
+        self.following.carry_out(record, lifecycle.Step(step.record, others))
         for create in creates:
             self._launch(record, member, start, create)
 
@@ -242,7 +242,7 @@ class Dispatching(HubWatch):
             refused = isinstance(err, CallFailed) and err.refused
             retry, now = self.store.policy.retry, self.clock.wall()
             step = lifecycle.create_failed(record, member.name, why, refused, attempt, retry, now)
-            self.carry_out(record, step)
+            self.following.carry_out(record, step)
             return
         if superseded():
             log.info("member Job %s/%s outlived its dispatch: deleting it", member.name, name)
@@ -258,7 +258,7 @@ class Dispatching(HubWatch):
         if not uid and existing is not None:
             # It existed already (made before a crash): its watch events may all be past,
             # so take its state from the mirror now or a finished Job would never be seen.
-            self._follow(member, "MODIFIED", existing)
+            self.following.follow(member, "MODIFIED", existing)
 
     def _requeue_uncreated(self) -> None:
         """After a restart: a record whose status says Dispatched but whose member Job the
@@ -267,7 +267,7 @@ class Dispatching(HubWatch):
         for record in uncreated(self.store.active(), mirrors):
             step = lifecycle.member_job_missing(record)
             log.warning("%s: %s", record.key, step.record.message)
-            self.carry_out(record, step)
+            self.following.carry_out(record, step)
 
 
 def _product_label(member: Member, start: Start) -> str | None:

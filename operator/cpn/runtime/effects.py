@@ -1,7 +1,7 @@
 """What a record's transition asks the runtime to do (:mod:`cpn.runtime.lifecycle`).
 
 Values only: the runtime's shell carries them out on the record the transition was about
-(:meth:`cpn.runtime.engine.Runtime.carry_out`), in the order given.
+(:meth:`cpn.runtime.following.Following.carry_out`), in the order given.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from typing import Any
 
 from cpn.core.model import CyclePlan, Snapshot
 from cpn.runtime.loop import Loop
+from cpn.runtime.ports import Member
 from cpn.runtime.store import Record
 
 
@@ -61,6 +62,9 @@ class Runtime(Loop):
 
     async def _write_status(self, record: Record) -> None:
         await self.writer.write_status(record)
+
+    def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
+        self.following.follow(member, event, job)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -115,7 +115,7 @@ class HubWatch(Membership):
 
     def _suspend_running(self, record: Record) -> None:
         """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
-        self.carry_out(record, lifecycle.suspended(record))
+        self.following.carry_out(record, lifecycle.suspended(record))
 
     async def watch_hub(self) -> None:
         """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""

@@ -111,7 +111,7 @@ class Loop(Dispatching):
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
         self._requeue_lost()
-        self._start_deadlines()
+        self.following.start_deadlines()
         self._drained()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)

@@ -14,8 +14,9 @@ from cpn.core.health import Health, Probe, Probes, health
 from cpn.runtime import lifecycle
 from cpn.runtime.following import Following, why_stale
 from cpn.runtime.gpuusage import job_usage
+from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import Member, MemberUnusable, MetricsSource, describe
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,13 @@ log = logging.getLogger(__name__)
 REMOVE_DELETE_S = 10.0
 
 
-class Membership(Following):
+class Membership(RuntimeState):
     """Members: connected, watched, probed, viewed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = HubWrites(self)
+        self.following = Following(self)
 
     async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A MemberCluster was added, changed or removed."""
@@ -79,7 +85,7 @@ class Membership(Following):
         # pass for the failure of a live attempt.
         jobs = [(record, record.member_job) for record in records]
         for record, _ in jobs:
-            self.carry_out(record, lifecycle.member_removed(record, name, cannot))
+            self.following.carry_out(record, lifecycle.member_removed(record, name, cannot))
         log.warning("member %s removed: %d jobs placed there requeued", name, len(jobs))
         if member is None or cannot:
             return
@@ -112,14 +118,14 @@ class Membership(Following):
         if member is None:
             return
         if kind == "jobs" and obj is not None and event in {"ADDED", "MODIFIED", "DELETED"}:
-            self._follow(member, event, obj)
+            self.following.follow(member, event, obj)
         elif kind == "jobs" and event == "LIST" and obj is not None:
             for item in obj.get("items") or []:
-                self._follow(member, "ADDED", item)
+                self.following.follow(member, "ADDED", item)
             if self.loop is not None:  # back after an outage: remove stale attempts at once
                 self.loop.create_task(self.sweep())
         if kind == "jobs":
-            # A Job that ends frees GPUs: _follow kicks then. Its other changes (created,
+            # A Job that ends frees GPUs: follow kicks then. Its other changes (created,
             # ready) free nothing, and a burst of dispatches would otherwise cycle per Job.
             if event in {"LIST", "SYNCED", "ERROR"}:
                 self.kick()
@@ -195,12 +201,14 @@ class Membership(Following):
         for record in self.store.active():
             if record.cluster and record.cluster not in registered:
                 why = f"cpn holds no connection to {record.cluster}"
-                self.carry_out(record, lifecycle.member_removed(record, record.cluster, why))
+                self.following.carry_out(
+                    record, lifecycle.member_removed(record, record.cluster, why)
+                )
         # A member connected by its own handler before the AIJobs were listed had its Jobs
         # listed when no record existed to match them: follow its mirror again now.
         for member in list(self.members.values()):
             for job in list(member.jobs.values()):
-                self._follow(member, "ADDED", job)
+                self.following.follow(member, "ADDED", job)
 
     def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
         """Core clusters from the members, and the bandwidth table."""
@@ -277,7 +285,7 @@ class Membership(Following):
             for name, job in list(member.jobs.items()):
                 # Adopt first: a Job created just before a crash, whose Dispatched status
                 # never landed, belongs to a record that still reads Queued.
-                self._follow(member, "MODIFIED", job)
+                self.following.follow(member, "MODIFIED", job)
                 labels = (job.get("metadata") or {}).get("labels") or {}
                 if k.LABEL_BENCHMARK in labels:
                     continue  # a GPUBenchmark's Job: it ends by itself and is kept

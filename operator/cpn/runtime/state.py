@@ -84,7 +84,6 @@ class RuntimeState:
         self.policy_error = ""
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
-        self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
         self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
