@@ -66,6 +66,17 @@ class Runtime(Loop):
     def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
         self.following.follow(member, event, job)
 
+    async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
+        """A MemberCluster was added, changed or removed (:mod:`cpn.handlers.members`)."""
+        await self.membership.member_event(event, body)
+
+    async def connect_members(self) -> None:
+        await self.membership.connect_members()
+
+    async def sweep(self) -> int:
+        """Delete the member Jobs no live attempt owns (:meth:`Membership.sweep`)."""
+        return await self.membership.sweep()
+
     async def stop(self) -> None:
         self._stopping = True
         self.kick()

@@ -14,16 +14,24 @@ from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.core.errors import PolicyError
 from cpn.core.policy import QueuePolicy
 from cpn.runtime import lifecycle
+from cpn.runtime.following import Following
+from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.membership import Membership
 from cpn.runtime.ports import Watch, WatchFn, describe, last_good_name
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.store import Packed, Record
 
 log = logging.getLogger(__name__)
 
 
-class HubWatch(Membership):
+class HubWatch(RuntimeState):
     """The hub's Namespaces, AIJobs and policy, as they change."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = HubWrites(self)
+        self.following = Following(self)
+        self.membership = Membership(self, self.writer, self.following)
 
     def namespace_event(self, event: str, body: Mapping[str, Any]) -> None:
         name = body["metadata"]["name"]

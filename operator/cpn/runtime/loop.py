@@ -30,6 +30,11 @@ class Loop(Dispatching):
         super().__init__(*args, **kwargs)
         self.benchmarking = Benchmarking(self, self.writer.write_all_soon)
 
+    def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
+        """The members as core clusters, and the bandwidth table
+        (:meth:`~cpn.runtime.membership.Membership.clusters_view`)."""
+        return self.membership.clusters_view()
+
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
         deadline = self.clock.monotonic() + timeout_s
@@ -54,10 +59,10 @@ class Loop(Dispatching):
             )
         await self.watch_hub()
         self.benchmarking.watch()
-        await self.connect_members()
+        await self.membership.connect_members()
         await self.wait_synced()
         self._requeue_uncreated()
-        self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
+        self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self._write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
             for _ in range(WRITE_WORKERS)

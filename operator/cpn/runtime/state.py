@@ -86,7 +86,6 @@ class RuntimeState:
         self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
         self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
-        self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
         self._metrics_task: asyncio.Task[None] | None = None
