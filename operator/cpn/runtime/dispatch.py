@@ -18,10 +18,12 @@ from cpn.core.explain import Choice, Frees
 from cpn.core.fence import holds_for_member
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
 from cpn.runtime import effects, lifecycle
-from cpn.runtime.following import uncreated
+from cpn.runtime.following import Following, uncreated
 from cpn.runtime.hubwatch import HubWatch
+from cpn.runtime.hubwrites import HubWrites
+from cpn.runtime.membership import Membership
 from cpn.runtime.ports import CallFailed, Member, describe
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.status import queue_of
 from cpn.runtime.store import Record, preempted
 
@@ -33,8 +35,15 @@ BURST_STARTS = 10
 BURST_YIELD_S = 1.0
 
 
-class Dispatching(HubWatch):
+class Dispatching(RuntimeState):
     """A plan carried out: preempt, dispatch, explain, number."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = HubWrites(self)
+        self.following = Following(self)
+        self.membership = Membership(self, self.writer, self.following)
+        self.hub_watch = HubWatch(self, self.following)
 
     def _requeue_lost(self) -> None:
         """Jobs on a member not ready for the member timeout (the policy's, read now) go

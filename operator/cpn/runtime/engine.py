@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpn.core.model import CyclePlan, Snapshot
+from cpn.core.policy import QueuePolicy
 from cpn.runtime.loop import Loop
 from cpn.runtime.ports import Member
 from cpn.runtime.store import Record
@@ -76,6 +77,14 @@ class Runtime(Loop):
     async def sweep(self) -> int:
         """Delete the member Jobs no live attempt owns (:meth:`Membership.sweep`)."""
         return await self.membership.sweep()
+
+    def policy_event(self, body: Mapping[str, Any]) -> str:
+        """A new policy ConfigMap: "" when taken, else why not
+        (:meth:`~cpn.runtime.hubwatch.HubWatch.policy_event`)."""
+        return self.hub_watch.policy_event(body)
+
+    def _use_policy(self, policy: QueuePolicy) -> None:
+        self.hub_watch.use_policy(policy)
 
     async def stop(self) -> None:
         self._stopping = True

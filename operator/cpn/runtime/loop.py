@@ -48,16 +48,16 @@ class Loop(Dispatching):
         self.loop = asyncio.get_running_loop()
         self.observer.start()
         if self._policy_informer is None:
-            self.watch_policy()
+            self.hub_watch.watch_policy()
         try:
-            await asyncio.wait_for(self.policy_settled.wait(), timeout=15.0)
+            await asyncio.wait_for(self.hub_watch.policy_settled.wait(), timeout=15.0)
         except TimeoutError:
             log.warning(
                 "no valid policy ConfigMap %s/%s; scheduling with the defaults",
                 self.config.namespace,
                 self.config.policy_configmap,
             )
-        await self.watch_hub()
+        await self.hub_watch.watch_hub()
         self.benchmarking.watch()
         await self.membership.connect_members()
         await self.wait_synced()
