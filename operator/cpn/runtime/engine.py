@@ -86,6 +86,14 @@ class Runtime(Loop):
     def _use_policy(self, policy: QueuePolicy) -> None:
         self.hub_watch.use_policy(policy)
 
+    def _requeue_lost(self) -> None:
+        self.dispatching.requeue_lost()
+
+    async def _create(
+        self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
+    ) -> None:
+        await self.dispatching.create(record, member, manifest, attempt)
+
     async def stop(self) -> None:
         self._stopping = True
         self.kick()

@@ -18,16 +18,25 @@ from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
 from cpn.runtime.dispatch import Dispatching
-from cpn.runtime.state import WRITE_WORKERS
+from cpn.runtime.following import Following
+from cpn.runtime.hubwatch import HubWatch
+from cpn.runtime.hubwrites import HubWrites
+from cpn.runtime.membership import Membership
+from cpn.runtime.state import WRITE_WORKERS, RuntimeState
 
 log = logging.getLogger(__name__)
 
 
-class Loop(Dispatching):
+class Loop(RuntimeState):
     """When to cycle, and a cycle."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.writer = HubWrites(self)
+        self.following = Following(self)
+        self.membership = Membership(self, self.writer, self.following)
+        self.hub_watch = HubWatch(self, self.following)
+        self.dispatching = Dispatching(self, self.writer, self.following)
         self.benchmarking = Benchmarking(self, self.writer.write_all_soon)
 
     def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
@@ -61,7 +70,7 @@ class Loop(Dispatching):
         self.benchmarking.watch()
         await self.membership.connect_members()
         await self.wait_synced()
-        self._requeue_uncreated()
+        self.dispatching.requeue_uncreated()
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self._write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
@@ -115,9 +124,9 @@ class Loop(Dispatching):
     async def cycle(self) -> CyclePlan:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
-        self._requeue_lost()
+        self.dispatching.requeue_lost()
         self.following.start_deadlines()
-        self._drained()
+        self.dispatching.drained()
         clusters, bandwidth = self.clusters_view()
         snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
         plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
@@ -135,7 +144,7 @@ class Loop(Dispatching):
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.observer.cycle(self.cycles, snapshot, plan, wall)
-        await self.apply(plan, snapshot, chosen, frees)
+        await self.dispatching.apply(plan, snapshot, chosen, frees)
         self.benchmarking.after_cycle(snapshot, plan)
         self._cycle_end = self.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began

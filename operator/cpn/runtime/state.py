@@ -77,7 +77,6 @@ class RuntimeState:
         self.last_snapshot: Snapshot | None = None
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
-        self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
