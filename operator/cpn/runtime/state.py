@@ -19,7 +19,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.fence import member_timeout
 from cpn.core.health import Probes
-from cpn.core.model import Cluster, CyclePlan, Snapshot
+from cpn.core.model import Cluster
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.ports import Clock, Hub, Leadership, Member, MetricsSource, Watch
@@ -72,22 +72,13 @@ class RuntimeState:
         self._policy_informer: Watch | None = None
         self._hub_informers: list[Watch] = []
         self.aijobs_listed = False  # the sweep waits for it
-        self.cycles = 0
-        self.last_plan: CyclePlan | None = None
-        self.last_snapshot: Snapshot | None = None
         self._stopping = False
         self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
-        self._metrics_task: asyncio.Task[None] | None = None
-        self._eta_task: asyncio.Task[None] | None = None
-        self._eta_at = 0.0
-        self._eta_wall_s = 0.0  # how long the last ETA projection took
         # Projected waits scaled by how much later than projected jobs really started.
         self.calibrator = WaitCalibrator()
-        self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
-        self._cycle_end = 0.0
         self.observer = Observer(config, clock=clock)
         self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
