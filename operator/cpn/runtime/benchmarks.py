@@ -52,9 +52,9 @@ class Benchmarking:
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if obj is not None and event in {"LIST", "ADDED", "MODIFIED", "DELETED"}:
-                self.state._threadsafe(self._benchmark_event, event, obj)
+                self.state.threadsafe(self._benchmark_event, event, obj)
 
-        self.state._hub_informers.append(self.state.hub.watch_benchmarks(on_event))
+        self.state.hub_informers.append(self.state.hub.watch_benchmarks(on_event))
 
     def _benchmark_event(self, event: str, obj: Mapping[str, Any]) -> None:
         if event == "LIST":

@@ -36,7 +36,7 @@ BURST_YIELD_S = 1.0
 class Dispatching:
     """A plan carried out: preempt, dispatch, explain, number; and what a lost member or a
     crash left behind requeued. On the runtime's shared ``state`` (member Job creates in
-    flight are in ``state._inflight``); transitions go through ``following``, the hub's
+    flight are in ``state.inflight``); transitions go through ``following``, the hub's
     statuses are written by ``writer``."""
 
     def __init__(self, state: RuntimeState, writer: HubWrites, following: Following) -> None:
@@ -50,8 +50,8 @@ class Dispatching:
         back to the queue."""
         now = self.state.clock.monotonic()
         timeout_s, source = self.state.member_timeout()
-        self._held = {held for held in self._held if held[1] in self.state._not_ready_since}
-        for name, since in list(self.state._not_ready_since.items()):
+        self._held = {held for held in self._held if held[1] in self.state.not_ready_since}
+        for name, since in list(self.state.not_ready_since.items()):
             if now - since < timeout_s:
                 continue
             for record in self.state.store.active():
@@ -76,7 +76,7 @@ class Dispatching:
                 "stays there, not requeued, until it answers again or is removed (policy "
                 "retry.member_lost: at-most-once; the job does not checkpoint)"
             )
-            self.state._event(record, "MemberLost", message, warning=True)
+            self.state.event(record, "MemberLost", message, warning=True)
         return True
 
     async def apply(
@@ -121,7 +121,7 @@ class Dispatching:
                 WaitReason.Infeasible,
                 WaitReason.Quota,
             }:
-                self.state._event(
+                self.state.event(
                     record,
                     record.reason,
                     hold.message,
@@ -132,14 +132,14 @@ class Dispatching:
             if record.reason != "InvalidSpec":
                 record.reason = "InvalidSpec"
                 record.message = record.invalid
-                self.state._event(record, "InvalidSpec", record.invalid, warning=True)
+                self.state.event(record, "InvalidSpec", record.invalid, warning=True)
         self.writer.write_all_soon()
 
     async def _preempt(self, record: Record, why: str) -> None:
         """Stop a running job for a higher-ranked one: book its service and checkpoint,
         delete its member Job and requeue it; it is not placed again before that Job is
         gone (one member Job at a time, see :meth:`_drained`)."""
-        inflight = self.state._inflight.get(record.key)
+        inflight = self.state.inflight.get(record.key)
         if inflight is not None:
             await inflight  # delete what the create made, not before it lands
         if not record.active:
@@ -214,17 +214,17 @@ class Dispatching:
         task = asyncio.get_running_loop().create_task(
             self.create(record, member, manifest, create.attempt)
         )
-        self.state._inflight[record.key] = task
+        self.state.inflight[record.key] = task
         task.add_done_callback(lambda done: self._landed(record.key, done))
 
     def _landed(self, key: str, task: asyncio.Task[None]) -> None:
-        if self.state._inflight.get(key) is task:
-            del self.state._inflight[key]
+        if self.state.inflight.get(key) is task:
+            del self.state.inflight[key]
         self._yield_to_creates()
 
     def _yield_to_creates(self) -> None:
         """A backlog of member Job creates goes before hub status writes and Events."""
-        if len(self.state._inflight) >= BURST_STARTS:
+        if len(self.state.inflight) >= BURST_STARTS:
             self.state.hub_writes.yield_to(self.state.clock.monotonic() + BURST_YIELD_S)
 
     async def create(
@@ -261,10 +261,10 @@ class Dispatching:
             return
         self.state.observer.dispatched(record)
         self.state.calibrator.started(record.key, self.state.clock.wall())
-        self.state._event(record, "Dispatched", record.message)
+        self.state.event(record, "Dispatched", record.message)
         if record.preemptions:
-            self.state._event(record, "Resumed", record.message)
-        self.state._write_soon(record)
+            self.state.event(record, "Resumed", record.message)
+        self.state.write_soon(record)
         existing = member.jobs.get(name)
         if not uid and existing is not None:
             # It existed already (made before a crash): its watch events may all be past,

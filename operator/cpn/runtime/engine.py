@@ -1,4 +1,5 @@
-"""The operator's engine: ingest events, run cycles, dispatch, follow, report.
+"""The operator's engine: ingest events, run cycles, dispatch, follow, report; the
+collaborators that do it wired together (:class:`Runtime`).
 
 Everything here runs on the asyncio loop's thread, except the pure
 ``plan_cycle`` (in a worker thread, off kopf's loop) and blocking API calls
@@ -83,7 +84,7 @@ class Runtime:
     pool = _Shared()
     write_pool = _Shared()
     writes = _Shared()
-    _not_ready_since = _Shared()
+    _not_ready_since = _Shared("not_ready_since")
 
     def __init__(
         self,
@@ -190,14 +191,14 @@ class Runtime:
 
     async def stop(self) -> None:
         state = self.state
-        state._stopping = True
+        state.stopping = True
         state.kick()
-        for task in state._write_workers:
+        for task in state.write_workers:
             task.cancel()
         state.observer.stop()
         for member in state.members.values():
             member.stop()
-        for informer in [state._policy_informer, *state._hub_informers]:
+        for informer in [state.policy_informer, *state.hub_informers]:
             if informer is not None:
                 informer.stop()
         state.pool.shutdown(wait=False, cancel_futures=True)

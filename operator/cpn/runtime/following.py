@@ -40,9 +40,9 @@ class Following:
                 setattr(record, name, getattr(step.record, name))
         for effect in step.effects:
             if isinstance(effect, effects.Event):
-                self.state._event(record, effect.reason, effect.message, warning=effect.warning)
+                self.state.event(record, effect.reason, effect.message, warning=effect.warning)
             elif isinstance(effect, effects.WriteStatus):
-                self.state._write_soon(record)
+                self.state.write_soon(record)
             elif isinstance(effect, effects.Kick):
                 self.state.kick()
             elif isinstance(effect, effects.DeleteJob):
@@ -60,7 +60,7 @@ class Following:
                 self._learn(record)
 
     def _learn(self, record: Record) -> None:
-        self.state._learned.add(record.uid)
+        self.state.learned.add(record.uid)
         if record.job is not None and record.actual_s > 0:
             try:
                 self.state.estimator.observe(record.job, record.gpu_type, record.actual_s)
@@ -103,7 +103,7 @@ class Following:
         if not told.current or (record.active and record.cluster and record.cluster != member.name):
             if told.stale_result and (member.name, name) not in self._stale_told:
                 self._stale_told.add((member.name, name))
-                self.state._event(record, "StaleAttempt", told.message, warning=True)
+                self.state.event(record, "StaleAttempt", told.message, warning=True)
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
                 # created just before a crash
                 self.carry_out(

@@ -72,7 +72,7 @@ class HubWatch:
             and not record.finished
             and before != (record.uid, record.generation, record.deleting)
         ):
-            self.state._event(record, "UnknownQueue", record.unknown_queue, warning=True)
+            self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
         if record.deleting and (before is None or not before[2]):
             self._delete_member_job(record)  # held by someone else's finalizer: stop it now
         elif record.job is not None and record.job.suspended and record.active:
@@ -98,9 +98,9 @@ class HubWatch:
         learn = getattr(self.state.estimator, "recall", self.state.estimator.observe)
         count = 0
         for record in list(self.state.store.records.values()):
-            if record.phase != k.PHASE_SUCCEEDED or record.uid in self.state._learned:
+            if record.phase != k.PHASE_SUCCEEDED or record.uid in self.state.learned:
                 continue
-            self.state._learned.add(record.uid)
+            self.state.learned.add(record.uid)
             if record.job is None or record.actual_s <= 0 or not record.gpu_type:
                 continue
             try:
@@ -147,13 +147,13 @@ class HubWatch:
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
-                self.state._threadsafe(on_list, list(obj.get("items") or []))
+                self.state.threadsafe(on_list, list(obj.get("items") or []))
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
-                self.state._threadsafe(on_change, event, obj)
+                self.state.threadsafe(on_change, event, obj)
             elif event == "SYNCED":  # after the LIST, in order, on the loop
-                self.state._threadsafe(listed.set)
+                self.state.threadsafe(listed.set)
 
-        self.state._hub_informers.append(watch(on_event))
+        self.state.hub_informers.append(watch(on_event))
         await listed.wait()
 
     def watch_policy(self) -> Watch:
@@ -161,14 +161,14 @@ class HubWatch:
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
-                self.state._threadsafe(self._policy_listed, list(obj.get("items") or []))
+                self.state.threadsafe(self._policy_listed, list(obj.get("items") or []))
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
-                self.state._threadsafe(self._policy_from_watch, event, obj)
+                self.state.threadsafe(self._policy_from_watch, event, obj)
 
         informer = self.state.hub.watch_policy(
             self.state.config.namespace, self.state.config.policy_configmap, on_event
         )
-        self.state._policy_informer = informer
+        self.state.policy_informer = informer
         return informer
 
     def _policy_listed(self, items: list[Mapping[str, Any]]) -> None:
@@ -280,7 +280,7 @@ class HubWatch:
             ]:
                 self.state.store.upsert(record.body, user=user, group=group)
         for record in self.state.store.recheck_queues():
-            self.state._event(record, "UnknownQueue", record.unknown_queue, warning=True)
+            self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
         self.state.kick()
 
 

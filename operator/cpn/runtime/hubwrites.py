@@ -73,7 +73,7 @@ class HubWrites:
         """Merge-patch the AIJob's status with what changed since the last write."""
         if record.deleting or record.key not in self.state.store.records:
             return
-        if record.key in self.state._inflight:
+        if record.key in self.state.inflight:
             # Its create first (it queues the write when it lands); but the hub must not
             # show it at a place in the queue the others have been renumbered around.
             status = self._starting(record)
@@ -148,7 +148,7 @@ class HubWrites:
                 await self.write_all()
             except Exception:
                 log.exception("status writes failed; retried after the next cycle")
-            if not self._write_again or self.state._stopping:
+            if not self._write_again or self.state.stopping:
                 return
 
     async def write_all(self) -> None:
@@ -166,7 +166,7 @@ class HubWrites:
         ]
         for record in due:
             record.refresh_by_s = None  # its write renders it again
-            self.state._write_soon(record)
+            self.state.write_soon(record)
         for name in list(self.state.members):
             await self.write_member_status(name)
 
@@ -186,7 +186,7 @@ class HubWrites:
         member = self.state.members.get(name)
         status: dict[str, Any] = {"lastProbeTime": rfc3339(self.state.clock.wall())}
         if member is not None:
-            view = self.state._views.get(name)  # as the last cycle saw it
+            view = self.state.views.get(name)  # as the last cycle saw it
             if view is None:
                 usage = self.state.store.usage_by_node()
                 ours = {n: u for (c, n), u in usage.items() if c == name}

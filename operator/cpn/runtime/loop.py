@@ -70,7 +70,7 @@ class Loop:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
         self.state.loop = asyncio.get_running_loop()
         self.state.observer.start()
-        if self.state._policy_informer is None:
+        if self.state.policy_informer is None:
             self.hub_watch.watch_policy()
         try:
             await asyncio.wait_for(self.hub_watch.policy_settled.wait(), timeout=15.0)
@@ -86,20 +86,20 @@ class Loop:
         await self.wait_synced()
         self.dispatching.requeue_uncreated()
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
-        self.state._write_workers = [
+        self.state.write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
             for _ in range(WRITE_WORKERS)
         ]
-        while not self.state._stopping:
+        while not self.state.stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state._kick.wait(), timeout=self.next_wake_s())
+                await asyncio.wait_for(self.state.kicked.wait(), timeout=self.next_wake_s())
             await asyncio.sleep(self.state.config.debounce_s)
             # Pace: cycles (plan_cycle is a thread holding the GIL) get at most half of the
             # time, so events, dispatches and status writes keep flowing with a long queue.
             rest = self._cycle_wall_s - (self.state.clock.monotonic() - self._cycle_end)
             if rest > 0:
                 await asyncio.sleep(rest)
-            self.state._kick.clear()
+            self.state.kicked.clear()
             if (
                 not self.state.leadership.leading()
             ):  # deposed (e.g. paused past the renew deadline): act no more
@@ -118,7 +118,7 @@ class Loop:
         wait = self.state.config.interval_s
         member_timeout_s, _ = self.state.member_timeout()
         placed = {record.cluster for record in self.state.store.active()}
-        for name, since in self.state._not_ready_since.items():
+        for name, since in self.state.not_ready_since.items():
             due = since + member_timeout_s - self.state.clock.monotonic()
             if name in placed and due > 0:
                 wait = min(wait, due + 0.05)

@@ -47,7 +47,7 @@ class Membership:
             self.state.member_status.pop(name, None)
             self.state.probes.pop(name, None)
             self._probe_ready.pop(name, None)
-            self.state._not_ready_since.pop(name, None)
+            self.state.not_ready_since.pop(name, None)
             self.state.kick()
             return
         spec = body.get("spec") or {}
@@ -111,12 +111,12 @@ class Membership:
                     f"member Job {job} on the removed member {name} could not be deleted "
                     f"({why}): it may still run there as well"
                 )
-                self.state._event(record, "MemberJobNotDeleted", message, warning=True)
+                self.state.event(record, "MemberJobNotDeleted", message, warning=True)
 
     def _member_callback(
         self, member: str, kind: str, event: str, obj: Mapping[str, Any] | None
     ) -> None:
-        self.state._threadsafe(self._on_member, member, kind, event, obj)
+        self.state.threadsafe(self._on_member, member, kind, event, obj)
 
     def _on_member(
         self, member_name: str, kind: str, event: str, obj: Mapping[str, Any] | None
@@ -140,7 +140,7 @@ class Membership:
             self.state.kick()
 
     def _probe_callback(self, member: str, probe: Probe) -> None:
-        self.state._threadsafe(self._on_probe, member, probe)
+        self.state.threadsafe(self._on_probe, member, probe)
 
     def _on_probe(self, name: str, probe: Probe) -> None:
         """A probe's result: a cycle at once when it turns the member's verdict, or when the
@@ -161,7 +161,7 @@ class Membership:
             )
             self.state.kick()
         elif (
-            (since := self.state._not_ready_since.get(name)) is not None
+            (since := self.state.not_ready_since.get(name)) is not None
             and now - since >= self.state.member_timeout()[0]
             and any(r.cluster == name for r in self.state.store.active())
         ):
@@ -188,9 +188,9 @@ class Membership:
             why = verdict.message if ready else f"{verdict.message}; {why}"
             ready = False
         if ready:
-            self.state._not_ready_since.pop(member.name, None)
+            self.state.not_ready_since.pop(member.name, None)
         else:
-            self.state._not_ready_since.setdefault(member.name, now)
+            self.state.not_ready_since.setdefault(member.name, now)
         return ready, why
 
     async def connect_members(self) -> None:
@@ -236,7 +236,7 @@ class Membership:
             util = self._cpu_util(name, started.get(name, {}))
             clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
-        self.state._views = {c.name: c for c in clusters}
+        self.state.views = {c.name: c for c in clusters}
         self.state.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
         return clusters, bandwidth
 
@@ -251,7 +251,7 @@ class Membership:
     async def metrics_loop(self, period_s: float = 10.0) -> None:
         """Read every member's Prometheus periodically (Prometheus is pull-based), then the
         GPU usage of the jobs running there."""
-        while not self.state._stopping:
+        while not self.state.stopping:
             for name, source in list(self.state.metrics.items()):
                 await self.state.call(source.refresh)
                 self.read_gpu_usage(name, source)

@@ -1,7 +1,10 @@
-"""The runtime's state and plumbing: what every part of :class:`~cpn.runtime.engine.Runtime`
-shares (the store, the members, the pools, the clock and the other ports), how a blocking
-call runs off the loop, how a cycle is asked for, and how Events and status writes are
-queued.
+"""The runtime's shared state and plumbing: what every collaborator of
+:class:`~cpn.runtime.engine.Runtime` is handed (the store, the members, the pools, the
+clock and the other ports), how a blocking call runs off the loop (:meth:`~RuntimeState.call`),
+how a cycle is asked for (:meth:`~RuntimeState.kick`), how a callback from another thread
+reaches the loop (:meth:`~RuntimeState.threadsafe`), and how Events and status writes are
+queued (:meth:`~RuntimeState.event`, :meth:`~RuntimeState.write_soon`). It calls no
+collaborator.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
 
 
 class RuntimeState:
-    """The state every part of the runtime shares (see :class:`~cpn.runtime.engine.Runtime`)."""
+    """The state every collaborator of the runtime shares (see
+    :class:`~cpn.runtime.engine.Runtime`); what only one of them needs is kept there."""
 
     def __init__(
         self,
@@ -64,23 +68,23 @@ class RuntimeState:
         self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
         self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst, clock=clock.monotonic)
         self.writes = WriteQueue()
-        self._write_workers: list[asyncio.Task[None]] = []
-        self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
-        self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
+        self.write_workers: list[asyncio.Task[None]] = []
+        self.views: dict[str, Cluster] = {}  # each member as the last cycle saw it
+        self.inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._kick = asyncio.Event()
-        self._policy_informer: Watch | None = None
-        self._hub_informers: list[Watch] = []
+        self.kicked = asyncio.Event()
+        self.policy_informer: Watch | None = None
+        self.hub_informers: list[Watch] = []
         self.aijobs_listed = False  # the sweep waits for it
-        self._stopping = False
-        self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
+        self.stopping = False
+        self.not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
         # Projected waits scaled by how much later than projected jobs really started.
         self.calibrator = WaitCalibrator()
         self.observer = Observer(config, clock=clock)
-        self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
+        self.learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
         # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
         # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
@@ -101,9 +105,9 @@ class RuntimeState:
 
     def kick(self) -> None:
         """Ask for a cycle soon (merged with other kicks)."""
-        self._kick.set()
+        self.kicked.set()
 
-    def _threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
+    def threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
@@ -121,14 +125,14 @@ class RuntimeState:
     ) -> None:
         self.writes.add_event((body, reason, message, warning))
 
-    def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
+    def event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
         body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
         try:
             self.post_event(body, reason, message, warning)
         except Exception:  # events are best effort
             log.debug("event not posted", exc_info=True)
 
-    def _write_soon(self, record: Record) -> None:
+    def write_soon(self, record: Record) -> None:
         self.writes.add(record.key)
 
 
