@@ -138,7 +138,8 @@ class Runtime:
         return self.membership.clusters_view()
 
     async def sweep(self) -> int:
-        """Delete the member Jobs no live attempt owns (:meth:`Membership.sweep`)."""
+        """Delete the member Jobs no live attempt owns
+        (:meth:`~cpn.runtime.membership.Membership.sweep`)."""
         return await self.membership.sweep()
 
     def policy_event(self, body: Mapping[str, Any]) -> str:
