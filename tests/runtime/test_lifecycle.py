@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 
 from cpn.api import constants as k
+from cpn.api.status import human_duration
 from cpn.core.gang import judge_start
+from cpn.core.model import Start
 from cpn.core.policy import Retry
 from cpn.runtime import lifecycle
-from cpn.runtime.effects import KICK, WRITE, Count, DeleteJob, Event, Learn
+from cpn.runtime.effects import KICK, WRITE, Count, CreateJob, DeleteJob, Event, Learn
 from cpn.runtime.store import Record
 from tests.runtime.fakes import FakeClock
 from tests.runtime.test_status_render import record
@@ -266,3 +268,103 @@ def test_a_job_created_before_a_crash_is_adopted_with_its_nodes_and_gpu_type():
     )
     assert (new.nodes, new.gpu_type, new.dispatch_s) == (("n7", "n8"), "h100", 700.0)
     assert step.effects == (WRITE,)
+
+
+START = Start(
+    job_key="ns/a",
+    cluster="m2",
+    gpu_type="h100",
+    nodes=("n2", "n1", "n2"),
+    predicted_runtime_s=3600.0,
+    transfer_s=12.0,
+    alone=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "want_attempt", "want_fence", "want_predicted_s", "want_resume_s", "want_tail"),
+    [
+        pytest.param({}, 1, "1-n0nce", 3600.0, None, "", id="a first dispatch"),
+        pytest.param(
+            {"attempts": 1, "fence": "1-old", "failure": "OOM", "not_before_s": 900.0},
+            2,
+            "2-n0nce",
+            3600.0,
+            None,
+            "",
+            id="a retry after a failed attempt takes a new token and clears its back-off",
+        ),
+        pytest.param(
+            {"attempts": 1, "fence": "2-kept"},
+            2,
+            "2-kept",
+            3600.0,
+            None,
+            "",
+            id="the create of the same attempt went unanswered: its token is kept",
+        ),
+        pytest.param(
+            {"attempts": 1, "fence": "1-old", "preemptions": 2, "checkpointed_s": 600.0},
+            2,
+            "2-n0nce",
+            120.0 + 3000.0,
+            600.0,
+            "; resumes from its checkpoint at 10m00s (attempt 2, after 2 preemption(s))",
+            id="a preempted job resumes from its checkpoint, paying the restart cost",
+        ),
+        pytest.param(
+            {"attempts": 1, "preemptions": 1, "checkpointed_s": 5000.0},
+            2,
+            "2-n0nce",
+            120.0,
+            5000.0,
+            "; resumes from its checkpoint at 1h23m (attempt 2, after 1 preemption(s))",
+            id="a checkpoint past the prediction leaves only the restart cost",
+        ),
+        pytest.param(
+            {"preemptions": 1},
+            1,
+            "1-n0nce",
+            120.0 + 3600.0,
+            0.0,
+            "; resumes from its checkpoint at 0s (attempt 1, after 1 preemption(s))",
+            id="preempted before any checkpoint: all its work again",
+        ),
+    ],
+)
+def test_a_start_is_assumed_on_its_member_and_its_job_created(
+    changes, want_attempt, want_fence, want_predicted_s, want_resume_s, want_tail
+):
+    """The record holds the start's member, nodes and GPU type from now as its next attempt
+    (named from its UID and attempt), its place in the queue and back-off cleared, and one
+    effect: create its Job (nothing written or told before the Job exists)."""
+    queued = record(phase=k.PHASE_QUEUED, position=4, reason="Capacity", message="waits", **changes)
+    before = replace(queued)
+    choice = object()
+    step = lifecycle.dispatched(queued, START, choice, 2000.0, nonce="n0nce", restart_cost_s=120.0)
+    assert queued == before
+    new = step.record
+    assert (new.phase, new.reason) == (k.PHASE_DISPATCHED, "Dispatched")
+    assert (new.attempts, new.fence) == (want_attempt, want_fence)
+    assert (new.cluster, new.gpu_type, new.nodes, new.alone) == (
+        "m2",
+        "h100",
+        ("n2", "n1", "n2"),
+        True,
+    )
+    assert new.member_job == f"a-uid1-{want_attempt}"
+    assert (new.dispatch_s, new.transfer_s, new.not_before_s) == (2000.0, 12.0, 0.0)
+    assert (new.position, new.frees, new.choice) == (0, None, choice)
+    assert new.predicted_runtime_s == want_predicted_s
+    assert new.message == (
+        f"dispatched to m2 (h100, node n1, n2); predicted {human_duration(want_predicted_s)}"
+        + want_tail
+    )
+    assert step.effects == (CreateJob("m2", want_attempt, want_resume_s),)
+
+
+def test_a_record_whose_spec_did_not_parse_is_not_dispatched():
+    """No job to run (its spec is invalid): the record is left as it was, nothing to do."""
+    invalid = record(job=None, invalid="spec.resources: required")
+    step = lifecycle.dispatched(invalid, START, None, 2000.0, nonce="n", restart_cost_s=0.0)
+    assert step.record is invalid and step.effects == ()

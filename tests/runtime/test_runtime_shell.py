@@ -228,7 +228,7 @@ def test_etas_are_stated_through_the_calibrator_and_the_job_is_followed(shell):
     runtime.store.set_gpu_types(["A100-80GB"])
     queued = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
     busy = nodes("m1", 1, gpus=1, free=[0.0])
-    runtime.clusters_view = lambda: ([cluster("m1", busy)], {})  # type: ignore[method-assign]
+    runtime.membership.clusters_view = lambda: ([cluster("m1", busy)], {})  # type: ignore[method-assign]
     runtime.calibrator = WaitCalibrator()
     for _ in range(30):
         runtime.calibrator.observe("default", projected_wait_s=600.0, actual_wait_s=1200.0)

@@ -3,7 +3,7 @@ types with no recent result, their member Jobs started by the rule and followed,
 results read, checked and taught to the predictor. The decisions are
 :mod:`cpn.core.benchmarks`; the shapes :mod:`cpn.api.benchmarks`.
 
-After each cycle (:meth:`Benchmarking.benchmarks_after_cycle`), with what the cycle saw and
+After each cycle (:meth:`Benchmarking.after_cycle`), with what the cycle saw and
 planned: a Pending GPUBenchmark whose node has a free GPU once the cycle's starts took
 theirs, and no AIJob that may use its GPU type left waiting, gets its Job; a Running one
 whose Job completed has its result read from the pod's termination message. Member Job
@@ -22,8 +22,8 @@ from cpn.api import constants as k
 from cpn.api.status import rfc3339
 from cpn.core import benchmarks as core
 from cpn.core.model import CyclePlan, Snapshot
-from cpn.runtime.dispatch import Dispatching
 from cpn.runtime.ports import Member, describe
+from cpn.runtime.state import RuntimeState
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +31,35 @@ log = logging.getLogger(__name__)
 PREEMPTED = "PreemptedByUserJob"
 
 
-class Benchmarking(Dispatching):
-    """GPUBenchmarks: watched, created, started, followed, learned from."""
+class Benchmarking:
+    """GPUBenchmarks: watched, created, started, followed, learned from. Shares the
+    runtime's ``state``; ``write_all_soon`` asks for the hub's statuses to be written (the
+    members' ``SlowNodes`` condition, from ``state.slow_nodes``)."""
 
-    def watch_benchmarks(self) -> None:
+    def __init__(self, state: RuntimeState, write_all_soon: Callable[[], None]) -> None:
+        self.state = state
+        self._write_all_soon = write_all_soon
+        self.benchmarks: dict[str, Mapping[str, Any]] = {}  # on the hub, by name
+        self.listed = False
+        self.busy: set[str] = set()  # with a call in flight
+        self._preempted: set[str] = set()  # whose deleted Job may still be seen
+        self._speeds_judged: object = None  # what the slow-node rule was judged on
+        self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
+
+    def watch(self) -> None:
         """Start the GPUBenchmark watch (not waited for: a hub without the CRD still
         schedules; its watch retries)."""
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if obj is not None and event in {"LIST", "ADDED", "MODIFIED", "DELETED"}:
-                self._threadsafe(self._benchmark_event, event, obj)
+                self.state.threadsafe(self._benchmark_event, event, obj)
 
-        self._hub_informers.append(self.hub.watch_benchmarks(on_event))
+        self.state.hub_informers.append(self.state.hub.watch_benchmarks(on_event))
 
     def _benchmark_event(self, event: str, obj: Mapping[str, Any]) -> None:
         if event == "LIST":
             self.benchmarks = {i["metadata"]["name"]: i for i in obj.get("items") or []}
-            self.benchmarks_listed = True
+            self.listed = True
             recalled = [r for body in self.benchmarks.values() for r in api.recalled(body)]
             if recalled:
                 taken = self._teach(recalled, keep=False)
@@ -56,23 +68,23 @@ class Benchmarking(Dispatching):
             self.benchmarks.pop(obj["metadata"]["name"], None)
         else:
             self.benchmarks[obj["metadata"]["name"]] = obj
-        self.kick()
+        self.state.kick()
 
     def _teach(self, rows: list[Any], *, keep: bool) -> int:
         try:
-            taken = self.estimator.learn_benchmarks(rows, keep=keep)
+            taken = self.state.estimator.learn_benchmarks(rows, keep=keep)
         except Exception:
             log.exception("predictor failed to learn from benchmarks")
             return 0
         if taken:  # once retrained, every waiting job is estimated again
-            self.store.refresh_all_due = True
+            self.state.store.refresh_all_due = True
         return taken
 
     def _bench_call(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` (a coroutine function) for one GPUBenchmark, one at a time."""
-        if name in self._bench_busy or self.loop is None:
+        if name in self.busy or self.state.loop is None:
             return
-        self._bench_busy.add(name)
+        self.busy.add(name)
 
         async def run() -> None:
             try:
@@ -80,16 +92,16 @@ class Benchmarking(Dispatching):
             except Exception:
                 log.exception("GPUBenchmark %s: step failed", name)
             finally:
-                self._bench_busy.discard(name)
+                self.busy.discard(name)
 
-        self.loop.create_task(run())
+        self.state.loop.create_task(run())
 
-    def benchmarks_after_cycle(self, snapshot: Snapshot, plan: CyclePlan) -> None:
+    def after_cycle(self, snapshot: Snapshot, plan: CyclePlan) -> None:
         """Create the GPUBenchmarks the policy asks for; start, preempt, follow and finish
         the others; flag slow nodes when results changed."""
-        if not self.benchmarks_listed:
+        if not self.listed:
             return
-        if self.store.policy.benchmarks.enabled:
+        if self.state.store.policy.benchmarks.enabled:
             self._create_wanted(snapshot)
         self._judge_speeds(snapshot)
         open_ = [
@@ -121,9 +133,9 @@ class Benchmarking(Dispatching):
             for n in c.nodes
         ]
         known = [api.known_of(b) for b in self.benchmarks.values()]
-        policy = self.store.policy.benchmarks
+        policy = self.state.store.policy.benchmarks
         for node in core.to_create(
-            seen, known, now_s=self.clock.wall(), max_age_days=policy.max_age_days
+            seen, known, now_s=self.state.clock.wall(), max_age_days=policy.max_age_days
         ):
             new = api.new_benchmark(node.cluster, node.node)
             if new["metadata"]["name"] not in self.benchmarks:
@@ -140,7 +152,7 @@ class Benchmarking(Dispatching):
             for name, body in self.benchmarks.items()
             if api.phase_of(body) == core.SUCCEEDED
         ]
-        if not done and not self.slow_nodes:
+        if not done and not self.state.slow_nodes:
             return  # nothing measured: nothing slow, nothing to write
         nodes = frozenset((n.cluster, n.name) for c in snapshot.clusters for n in c.nodes)
         basis = (
@@ -161,14 +173,14 @@ class Benchmarking(Dispatching):
             if told in self._slow_told or body is None:
                 continue
             self._slow_told.add(told)
-            self.post_event(body, "SlowNode", api.slow_message(found), True)
-        if verdict != self.slow_nodes:
-            self.slow_nodes = verdict
+            self.state.post_event(body, "SlowNode", api.slow_message(found), True)
+        if verdict != self.state.slow_nodes:
+            self.state.slow_nodes = verdict
             self._write_all_soon()  # the members' SlowNodes condition
 
     async def _create_benchmark(self, body: Mapping[str, Any]) -> None:
         try:
-            await self.call(self.hub.create_benchmark, body)
+            await self.state.call(self.state.hub.create_benchmark, body)
         except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged or told
             self.benchmarks.pop(body["metadata"]["name"], None)
             log.warning("could not create GPUBenchmark %s: %s", body["metadata"]["name"], err)
@@ -180,14 +192,14 @@ class Benchmarking(Dispatching):
         types: Mapping[tuple[str, str], str],
         waiting: int,
     ) -> None:
-        spec = api.read_spec(body, self.store.policy.benchmarks)
-        member = self.members.get(spec.cluster)
-        ready = member is not None and self.member_status.get(spec.cluster, (False, ""))[0]
+        spec = api.read_spec(body, self.state.store.policy.benchmarks)
+        member = self.state.members.get(spec.cluster)
+        ready = member is not None and self.state.member_status.get(spec.cluster, (False, ""))[0]
         job = member.jobs.get(api.job_name(spec.name)) if member is not None else None
-        if job is not None and (spec.name in self._bench_preempted or _deleting(job)):
+        if job is not None and (spec.name in self._preempted or _deleting(job)):
             return  # its preempted Job is still going away: not adopted, not made again
         if member is not None and member.synced():
-            self._bench_preempted.discard(spec.name)
+            self._preempted.discard(spec.name)
         if job is not None:
             verdict = core.Verdict(start=True)  # created before a restart: follow it
         else:
@@ -214,13 +226,13 @@ class Benchmarking(Dispatching):
     ) -> None:
         manifest = api.render_job(
             spec,
-            image=self.store.policy.benchmarks.image,
-            hub=self.config.hub,
+            image=self.state.store.policy.benchmarks.image,
+            hub=self.state.config.hub,
             namespace=member.spec.namespace,
             uid=str(body["metadata"].get("uid", "")),
         )
         try:
-            await self.call(member.create_job, manifest)
+            await self.state.call(member.create_job, manifest)
         except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged or told
             why = describe(err)
             await self._bench_finish(spec.name, body, "JobNotCreated", why, failed=True)
@@ -231,17 +243,17 @@ class Benchmarking(Dispatching):
             "message": f"Job {manifest['metadata']['name']} on {spec.cluster}/{spec.node}",
             "memberJob": manifest["metadata"]["name"],
             "gpuType": gpu_type,
-            "startTime": _now(self.clock.wall()),
+            "startTime": _now(self.state.clock.wall()),
         }
         await self._bench_write(spec.name, status)
 
     def _bench_follow(self, name: str, body: Mapping[str, Any]) -> None:
-        spec = api.read_spec(body, self.store.policy.benchmarks)
-        member = self.members.get(spec.cluster)
+        spec = api.read_spec(body, self.state.store.policy.benchmarks)
+        member = self.state.members.get(spec.cluster)
         if member is None or not member.synced():
             return
         job = member.jobs.get(api.job_name(name))
-        if job is None and name in self._bench_preempted:
+        if job is None and name in self._preempted:
             return  # preempted: its Pending status is on its way
         if job is None:
             self._bench_call(
@@ -260,9 +272,9 @@ class Benchmarking(Dispatching):
     def _maybe_preempt(self, name: str, body: Mapping[str, Any], job_key: str) -> bool:
         """Preempt a Running benchmark for the AIJob ``job_key`` (the rule:
         :func:`cpn.core.benchmarks.preempting`) unless its Job has ended or is not seen."""
-        spec = api.read_spec(body, self.store.policy.benchmarks)
-        member = self.members.get(spec.cluster)
-        if member is None or not member.synced() or name in self._bench_busy:
+        spec = api.read_spec(body, self.state.store.policy.benchmarks)
+        member = self.state.members.get(spec.cluster)
+        if member is None or not member.synced() or name in self.busy:
             return False
         job = member.jobs.get(api.job_name(name))
         if job is None or _deleting(job) or _ended(job):
@@ -276,11 +288,11 @@ class Benchmarking(Dispatching):
         """Delete the benchmark's member Job, then mark it Pending (``PreemptedByUserJob``,
         and an Event); it starts again under the start rule."""
         job = api.job_name(spec.name)
-        self._bench_preempted.add(spec.name)
+        self._preempted.add(spec.name)
         try:
-            await self.call(member.delete_job, job)
+            await self.state.call(member.delete_job, job)
         except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged, retried
-            self._bench_preempted.discard(spec.name)
+            self._preempted.discard(spec.name)
             log.warning("GPUBenchmark %s: Job %s not deleted: %s", spec.name, job, describe(err))
             return
         status = body.get("status") or {}
@@ -297,7 +309,7 @@ class Benchmarking(Dispatching):
             "preemptions": int(status.get("preemptions") or 0) + 1,
         }
         await self._bench_write(spec.name, patch)
-        self.post_event(body, PREEMPTED, message, False)
+        self.state.post_event(body, PREEMPTED, message, False)
         log.info("GPUBenchmark %s preempted for AIJob %s", spec.name, job_key)
 
     async def _bench_result(
@@ -309,7 +321,7 @@ class Benchmarking(Dispatching):
     ) -> None:
         job = api.job_name(spec.name)
         try:
-            messages = await self.call(member.termination_messages, job)
+            messages = await self.state.call(member.termination_messages, job)
         except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged or told
             log.warning("GPUBenchmark %s: pods of %s not read: %s", spec.name, job, describe(err))
             return  # tried again after the next cycle
@@ -326,7 +338,7 @@ class Benchmarking(Dispatching):
             return
         status = body.get("status") or {}
         gpu_type = str(status.get("gpuType") or "")
-        now = self.clock.wall()
+        now = self.state.clock.wall()
         rows = api.records(
             result, name=spec.name, node=spec.node, gpu_type=gpu_type, measured_at=now
         )
@@ -334,7 +346,7 @@ class Benchmarking(Dispatching):
         patch = api.succeeded_status(result, gpu_type=gpu_type, finished_s=now, learned=learned)
         await self._bench_write(spec.name, patch)
         rates = ", ".join(f"{r.model} {r.samples_per_s:g}/s" for r in result.results)
-        self.post_event(body, "Measured", f"{gpu_type} on {spec.node}: {rates}", False)
+        self.state.post_event(body, "Measured", f"{gpu_type} on {spec.node}: {rates}", False)
 
     async def _bench_finish(
         self, name: str, body: Mapping[str, Any], reason: str, message: str, failed: bool
@@ -344,10 +356,10 @@ class Benchmarking(Dispatching):
             "phase": phase,
             "reason": reason,
             "message": message,
-            "completionTime": _now(self.clock.wall()),
+            "completionTime": _now(self.state.clock.wall()),
         }
         await self._bench_write(name, status)
-        self.post_event(body, reason, message, failed)
+        self.state.post_event(body, reason, message, failed)
 
     def _bench_status(self, name: str, status: dict[str, Any]) -> None:
         current = self.benchmarks.get(name, {}).get("status") or {}
@@ -357,7 +369,7 @@ class Benchmarking(Dispatching):
 
     async def _bench_write(self, name: str, status: dict[str, Any]) -> None:
         try:
-            await self.call(self.hub.patch_benchmark_status, name, status)
+            await self.state.call(self.state.hub.patch_benchmark_status, name, status)
         except Exception as err:  # noqa: BLE001 - an API call of one GPUBenchmark: logged or told
             log.warning("GPUBenchmark %s: status not written: %s", name, describe(err))
             return

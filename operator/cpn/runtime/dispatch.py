@@ -13,15 +13,15 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.jobs import render_job
-from cpn.api.status import human_duration, queue_positions
+from cpn.api.status import queue_positions
 from cpn.core.explain import Choice, Frees
-from cpn.core.fence import holds_for_member, next_fence
+from cpn.core.fence import holds_for_member
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
-from cpn.runtime import lifecycle
-from cpn.runtime.following import uncreated
-from cpn.runtime.hubwatch import HubWatch
+from cpn.runtime import effects, lifecycle
+from cpn.runtime.following import Following, uncreated
+from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import CallFailed, Member, describe
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.status import queue_of
 from cpn.runtime.store import Record, preempted
 
@@ -33,30 +33,41 @@ BURST_STARTS = 10
 BURST_YIELD_S = 1.0
 
 
-class Dispatching(HubWatch):
-    """A plan carried out: preempt, dispatch, explain, number."""
+class Dispatching:
+    """A plan carried out: preempt, dispatch, explain, number; and what a lost member or a
+    crash left behind requeued. On the runtime's shared ``state`` (member Job creates in
+    flight are in ``state.inflight``); transitions go through ``following``, the hub's
+    statuses are written by ``writer``."""
 
-    def _requeue_lost(self) -> None:
+    def __init__(self, state: RuntimeState, writer: HubWrites, following: Following) -> None:
+        self.state = state
+        self.writer = writer
+        self.following = following
+        self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
+
+    def requeue_lost(self) -> None:
         """Jobs on a member not ready for the member timeout (the policy's, read now) go
         back to the queue."""
-        now = self.clock.monotonic()
-        timeout_s, source = self.member_timeout()
-        self._held = {held for held in self._held if held[1] in self._not_ready_since}
-        for name, since in list(self._not_ready_since.items()):
+        now = self.state.clock.monotonic()
+        timeout_s, source = self.state.member_timeout()
+        self._held = {held for held in self._held if held[1] in self.state.not_ready_since}
+        for name, since in list(self.state.not_ready_since.items()):
             if now - since < timeout_s:
                 continue
-            for record in self.store.active():
+            for record in self.state.store.active():
                 if record.cluster == name and not (
-                    name in self.members and self._held_for_member(record, name, timeout_s)
+                    name in self.state.members and self._held_for_member(record, name, timeout_s)
                 ):
                     step = lifecycle.member_lost(record, name, timeout_s, source)
-                    self.carry_out(record, step)
+                    self.following.carry_out(record, step)
 
     def _held_for_member(self, record: Record, name: str, timeout_s: float) -> bool:
         """Under ``retry.member_lost: at-most-once`` a job that does not checkpoint waits
         on its lost member until it answers again or is removed (an Event says so once)."""
         job = record.job
-        if not holds_for_member(self.store.policy.retry.member_lost, bool(job and job.checkpoint)):
+        if not holds_for_member(
+            self.state.store.policy.retry.member_lost, bool(job and job.checkpoint)
+        ):
             return False
         if (record.key, name) not in self._held:
             self._held.add((record.key, name))
@@ -65,7 +76,7 @@ class Dispatching(HubWatch):
                 "stays there, not requeued, until it answers again or is removed (policy "
                 "retry.member_lost: at-most-once; the job does not checkpoint)"
             )
-            self._event(record, "MemberLost", message, warning=True)
+            self.state.event(record, "MemberLost", message, warning=True)
         return True
 
     async def apply(
@@ -79,16 +90,16 @@ class Dispatching(HubWatch):
         chosen = chosen or {}
         frees = frees or {}
         for preempt in plan.preemptions:
-            record = self.store.records.get(preempt.job_key)
+            record = self.state.store.records.get(preempt.job_key)
             if record is not None:
                 await self._preempt(record, preempt.reason)
         for start in plan.starts:
-            record = self.store.records.get(start.job_key)
+            record = self.state.store.records.get(start.job_key)
             if record is not None:
                 self._dispatch(record, start, chosen.get(start.job_key))
         self._yield_to_creates()
         for hold in plan.holds:
-            record = self.store.records.get(hold.job_key)
+            record = self.state.store.records.get(hold.job_key)
             if record is None or record.active or record.finished:
                 continue
             previous = record.reason
@@ -110,43 +121,43 @@ class Dispatching(HubWatch):
                 WaitReason.Infeasible,
                 WaitReason.Quota,
             }:
-                self._event(
+                self.state.event(
                     record,
                     record.reason,
                     hold.message,
                     warning=hold.reason == WaitReason.Infeasible,
                 )
         self._number_queues(plan)
-        for record in [r for r in self.store.records.values() if r.phase == k.PHASE_INVALID]:
+        for record in [r for r in self.state.store.records.values() if r.phase == k.PHASE_INVALID]:
             if record.reason != "InvalidSpec":
                 record.reason = "InvalidSpec"
                 record.message = record.invalid
-                self._event(record, "InvalidSpec", record.invalid, warning=True)
-        self._write_all_soon()
+                self.state.event(record, "InvalidSpec", record.invalid, warning=True)
+        self.writer.write_all_soon()
 
     async def _preempt(self, record: Record, why: str) -> None:
         """Stop a running job for a higher-ranked one: book its service and checkpoint,
         delete its member Job and requeue it; it is not placed again before that Job is
-        gone (one member Job at a time, see :meth:`_drained`)."""
-        inflight = self._inflight.get(record.key)
+        gone (one member Job at a time, see :meth:`drained`)."""
+        inflight = self.state.inflight.get(record.key)
         if inflight is not None:
             await inflight  # delete what the create made, not before it lands
         if not record.active:
             return
-        member = self.members.get(record.cluster)
-        lost = preempted(record, self.clock.wall(), why, self.store.policy.preemption)
+        member = self.state.members.get(record.cluster)
+        lost = preempted(record, self.state.clock.wall(), why, self.state.store.policy.preemption)
         if member is not None and record.member_job:
             record.draining = (member.name, record.member_job)
-            await self.call(quiet, member.delete_job, record.member_job)
-        self.carry_out(record, lifecycle.preempted(record, why, lost))
+            await self.state.call(quiet, member.delete_job, record.member_job)
+        self.following.carry_out(record, lifecycle.preempted(record, why, lost))
 
-    def _drained(self) -> None:
+    def drained(self) -> None:
         """Preempted records whose old member Job is gone (or whose member is) may start."""
-        for record in self.store.records.values():
+        for record in self.state.store.records.values():
             if record.draining is None:
                 continue
             cluster, name = record.draining
-            member = self.members.get(cluster)
+            member = self.state.members.get(cluster)
             if member is None or (member.synced() and name not in member.jobs):
                 record.draining = None
 
@@ -155,78 +166,68 @@ class Dispatching(HubWatch):
         plan's ranks also count this cycle's starts, and rank all queues together)."""
         order = []
         for hold in plan.holds:  # best first
-            record = self.store.records.get(hold.job_key)
+            record = self.state.store.records.get(hold.job_key)
             if hold.position and record is not None and record.phase == k.PHASE_QUEUED:
                 order.append((record.key, queue_of(record)))
         places = queue_positions(order)
-        for record in self.store.records.values():
+        for record in self.state.store.records.values():
             record.position = places.get(record.key, 0)
 
     def _dispatch(self, record: Record, start: Start, choice: Choice | None = None) -> None:
-        """Assume the start (the record holds its GPUs from now) and launch the create."""
-        member = self.members.get(start.cluster)
-        if member is None or record.job is None:
+        """Assume the start (the record holds its GPUs from now: :func:`lifecycle.dispatched`)
+        and launch the create."""
+        member = self.state.members.get(start.cluster)
+        if member is None:
             return
-        attempt = record.attempts + 1
-        record.attempts = attempt
-        record.fence = next_fence(record.fence, attempt, secrets.token_hex(4))
-        record.phase = k.PHASE_DISPATCHED
-        record.cluster, record.gpu_type, record.nodes = start.cluster, start.gpu_type, start.nodes
-        record.alone = start.alone
-        record.predicted_runtime_s = start.predicted_runtime_s
-        resume_from = None
-        if record.preemptions:  # the rest of its work, after the restart
-            resume_from = record.checkpointed_s
-            record.predicted_runtime_s = self.store.policy.preemption.restart_cost_s + max(
-                0.0, start.predicted_runtime_s - resume_from
-            )
-        record.transfer_s = start.transfer_s
-        record.dispatch_s = self.clock.wall()
-        record.not_before_s = 0.0
-        record.position, record.frees, record.choice = 0, None, choice
+        step = lifecycle.dispatched(
+            record,
+            start,
+            choice,
+            self.state.clock.wall(),
+            nonce=secrets.token_hex(4),
+            restart_cost_s=self.state.store.policy.preemption.restart_cost_s,
+        )
+        creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
+        others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
+        self.following.carry_out(record, lifecycle.Step(step.record, others))
+        for create in creates:
+            self._launch(record, member, start, create)
+
+    def _launch(
+        self, record: Record, member: Member, start: Start, create: effects.CreateJob
+    ) -> None:
+        """Render the member Job of a dispatched record and create it in the background."""
         manifest = render_job(
             record.body,
             start,
-            attempt=attempt,
-            hub=self.config.hub,
+            attempt=create.attempt,
+            hub=self.state.config.hub,
             namespace=member.spec.namespace,
-            affinity=self.store.policy.placement.affinity,
+            affinity=self.state.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
-            hami_pool=self.config.hami_pool or None,
-            resume_from_s=resume_from,
+            hami_pool=self.state.config.hami_pool or None,
+            resume_from_s=create.resume_from_s,
             fence=record.fence,
         )
-        record.member_job = manifest["metadata"]["name"]
-        record.reason = "Dispatched"
-        record.message = (
-            f"dispatched to {start.cluster} ({start.gpu_type}, "
-            f"node {', '.join(sorted(set(start.nodes)))}); predicted "
-            f"{human_duration(record.predicted_runtime_s)}"
-        )
-        if resume_from is not None:
-            record.message += (
-                f"; resumes from its checkpoint at {human_duration(resume_from) or '0s'}"
-                f" (attempt {attempt}, after {record.preemptions} preemption(s))"
-            )
-        if self.config.dry_run:
+        if self.state.config.dry_run:
             return
         task = asyncio.get_running_loop().create_task(
-            self._create(record, member, manifest, attempt)
+            self.create(record, member, manifest, create.attempt)
         )
-        self._inflight[record.key] = task
+        self.state.inflight[record.key] = task
         task.add_done_callback(lambda done: self._landed(record.key, done))
 
     def _landed(self, key: str, task: asyncio.Task[None]) -> None:
-        if self._inflight.get(key) is task:
-            del self._inflight[key]
+        if self.state.inflight.get(key) is task:
+            del self.state.inflight[key]
         self._yield_to_creates()
 
     def _yield_to_creates(self) -> None:
         """A backlog of member Job creates goes before hub status writes and Events."""
-        if len(self._inflight) >= BURST_STARTS:
-            self.hub_writes.yield_to(self.clock.monotonic() + BURST_YIELD_S)
+        if len(self.state.inflight) >= BURST_STARTS:
+            self.state.hub_writes.yield_to(self.state.clock.monotonic() + BURST_YIELD_S)
 
-    async def _create(
+    async def create(
         self, record: Record, member: Member, manifest: Mapping[str, Any], attempt: int
     ) -> None:
         """Create the member Job of a dispatched record; on failure put it back in the queue."""
@@ -234,50 +235,50 @@ class Dispatching(HubWatch):
 
         def superseded() -> bool:  # requeued, preempted, suspended or deleted meanwhile
             return (
-                self.store.records.get(record.key) is not record
+                self.state.store.records.get(record.key) is not record
                 or record.attempts != attempt
                 or record.member_job != name
             )
 
         try:
-            if not self.leadership.leading():
+            if not self.state.leadership.leading():
                 raise RuntimeError("this replica is no longer the leader")
-            uid = await self.call(member.create_job, manifest)
+            uid = await self.state.call(member.create_job, manifest)
         except Exception as err:  # noqa: BLE001 - any create failure requeues; logged
             if superseded():
                 return  # nothing of ours exists
-            self.observer.dispatch_failed(member.name)
+            self.state.observer.dispatch_failed(member.name)
             why = describe(err)
             log.warning("dispatch of %s failed: %s", record.key, why)
             refused = isinstance(err, CallFailed) and err.refused
-            retry, now = self.store.policy.retry, self.clock.wall()
+            retry, now = self.state.store.policy.retry, self.state.clock.wall()
             step = lifecycle.create_failed(record, member.name, why, refused, attempt, retry, now)
-            self.carry_out(record, step)
+            self.following.carry_out(record, step)
             return
         if superseded():
             log.info("member Job %s/%s outlived its dispatch: deleting it", member.name, name)
-            await self.call(quiet, member.delete_job, name)
+            await self.state.call(quiet, member.delete_job, name)
             return
-        self.observer.dispatched(record)
-        self.calibrator.started(record.key, self.clock.wall())
-        self._event(record, "Dispatched", record.message)
+        self.state.observer.dispatched(record)
+        self.state.calibrator.started(record.key, self.state.clock.wall())
+        self.state.event(record, "Dispatched", record.message)
         if record.preemptions:
-            self._event(record, "Resumed", record.message)
-        self._write_soon(record)
+            self.state.event(record, "Resumed", record.message)
+        self.state.write_soon(record)
         existing = member.jobs.get(name)
         if not uid and existing is not None:
             # It existed already (made before a crash): its watch events may all be past,
             # so take its state from the mirror now or a finished Job would never be seen.
-            self._follow(member, "MODIFIED", existing)
+            self.following.follow(member, "MODIFIED", existing)
 
-    def _requeue_uncreated(self) -> None:
+    def requeue_uncreated(self) -> None:
         """After a restart: a record whose status says Dispatched but whose member Job the
         (synced) member does not have was cut off between status write and create."""
-        mirrors = {name: m.jobs for name, m in self.members.items() if m.synced()}
-        for record in uncreated(self.store.active(), mirrors):
+        mirrors = {name: m.jobs for name, m in self.state.members.items() if m.synced()}
+        for record in uncreated(self.state.store.active(), mirrors):
             step = lifecycle.member_job_missing(record)
             log.warning("%s: %s", record.key, step.record.message)
-            self.carry_out(record, step)
+            self.following.carry_out(record, step)
 
 
 def _product_label(member: Member, start: Start) -> str | None:

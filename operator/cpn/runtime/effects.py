@@ -1,7 +1,7 @@
 """What a record's transition asks the runtime to do (:mod:`cpn.runtime.lifecycle`).
 
 Values only: the runtime's shell carries them out on the record the transition was about
-(:meth:`cpn.runtime.engine.Runtime.carry_out`), in the order given.
+(:meth:`cpn.runtime.following.Following.carry_out`), in the order given.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ class DeleteJob:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateJob:
+    """Create the member Job of the record's attempt ``attempt`` on ``cluster`` (in the
+    background; the dispatcher renders it, resuming from ``resume_from_s`` when set)."""
+
+    cluster: str
+    attempt: int
+    resume_from_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Kick:
     """Ask for a scheduling cycle soon."""
 
@@ -49,7 +59,7 @@ class Learn:
     """Feed the estimator the finished job's real runtime."""
 
 
-Effect = Event | WriteStatus | DeleteJob | Kick | Count | Learn
+Effect = Event | WriteStatus | DeleteJob | CreateJob | Kick | Count | Learn
 
 WRITE = WriteStatus()
 KICK = Kick()

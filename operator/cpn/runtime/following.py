@@ -1,5 +1,6 @@
 """Following member Jobs: each Job event moves its record (:mod:`cpn.runtime.lifecycle`),
-attempts that do not start in time go, and the sweep deletes Jobs no live attempt owns.
+attempts that do not start in time go; and which Jobs the sweep deletes (no live attempt
+owns them).
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ from cpn.api.jobs import finished_at, workers_running
 from cpn.core.fence import job_result, judge_report
 from cpn.core.gang import Gang, judge_start
 from cpn.runtime import effects, lifecycle
-from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import Member
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.store import Record
 
 log = logging.getLogger(__name__)
 
 
-class Following(HubWrites):
-    """Member Jobs followed: transitions carried out, start deadlines, the sweep."""
+class Following:
+    """Member Jobs followed (:meth:`follow`, each event of one), their start deadlines
+    judged, and every record transition carried out (:meth:`carry_out`), on the runtime's
+    shared ``state``."""
+
+    def __init__(self, state: RuntimeState) -> None:
+        self.state = state
+        self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
 
     def carry_out(self, record: Record, step: lifecycle.Step) -> None:
         """Take a transition's record (onto ``record`` itself: the store and in-flight
@@ -34,31 +40,31 @@ class Following(HubWrites):
                 setattr(record, name, getattr(step.record, name))
         for effect in step.effects:
             if isinstance(effect, effects.Event):
-                self._event(record, effect.reason, effect.message, warning=effect.warning)
+                self.state.event(record, effect.reason, effect.message, warning=effect.warning)
             elif isinstance(effect, effects.WriteStatus):
-                self._write_soon(record)
+                self.state.write_soon(record)
             elif isinstance(effect, effects.Kick):
-                self.kick()
+                self.state.kick()
             elif isinstance(effect, effects.DeleteJob):
-                member = self.members.get(effect.cluster)
+                member = self.state.members.get(effect.cluster)
                 if member is not None:
-                    self.pool.submit(quiet, member.delete_job, effect.name)
+                    self.state.pool.submit(quiet, member.delete_job, effect.name)
             elif isinstance(effect, effects.Count):
                 if effect.what == "started":
-                    self.observer.started(record)
+                    self.state.observer.started(record)
                 elif effect.what == "ended":
-                    self.observer.ended(record)
+                    self.state.observer.ended(record)
                 else:
-                    self.observer.retrying()
+                    self.state.observer.retrying()
             elif isinstance(effect, effects.Learn):
                 self._learn(record)
 
     def _learn(self, record: Record) -> None:
-        self._learned.add(record.uid)
+        self.state.learned.add(record.uid)
         if record.job is not None and record.actual_s > 0:
             try:
-                self.estimator.observe(record.job, record.gpu_type, record.actual_s)
-                self.store.learned_model(record.job.model)  # no longer first of its model
+                self.state.estimator.observe(record.job, record.gpu_type, record.actual_s)
+                self.state.store.learned_model(record.job.model)  # no longer first of its model
             except Exception:  # the predictor must never take the operator down
                 log.exception("predictor failed to learn from %s", record.key)
 
@@ -66,27 +72,27 @@ class Following(HubWrites):
         self.carry_out(record, lifecycle.succeeded(record, finished_s))
 
     def _attempt_failed(self, record: Record, why: str, reason: str = "Retrying") -> None:
-        retry = self.store.policy.retry
-        now = self.clock.wall()
+        retry = self.state.store.policy.retry
+        now = self.state.clock.wall()
         self.carry_out(record, lifecycle.attempt_failed(record, why, retry, now, reason))
 
-    def _follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
+    def follow(self, member: Member, event: str, job: Mapping[str, Any]) -> None:
         labels = (job.get("metadata") or {}).get("labels") or {}
         if k.LABEL_BENCHMARK in labels:  # a GPUBenchmark's Job (runtime/benchmarks.py)
-            self.kick()
+            self.state.kick()
             return
         uid = labels.get(k.LABEL_UID, "")
         attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
         name = job["metadata"]["name"]
         if event == "DELETED":
             self._stale_told.discard((member.name, name))  # told once; the Job is gone now
-        record = self.store.by_uid(uid)
+        record = self.state.store.by_uid(uid)
         if record is None:
             return  # an orphan: the sweep deletes it once AIJobs are listed
         if record.finished or record.phase == k.PHASE_INVALID:
             return
         if record.draining is not None and event == "DELETED":
-            self.kick()  # its preempted attempt is gone: the next may start
+            self.state.kick()  # its preempted attempt is gone: the next may start
         elif record.preemptions and not record.active and attempt <= record.attempts:
             record.draining = record.draining or (member.name, name)  # seen after a restart
         status, fence = job.get("status") or {}, labels.get(k.LABEL_FENCE, "")
@@ -97,11 +103,12 @@ class Following(HubWrites):
         if not told.current or (record.active and record.cluster and record.cluster != member.name):
             if told.stale_result and (member.name, name) not in self._stale_told:
                 self._stale_told.add((member.name, name))
-                self._event(record, "StaleAttempt", told.message, warning=True)
+                self.state.event(record, "StaleAttempt", told.message, warning=True)
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
                 # created just before a crash
                 self.carry_out(
-                    record, lifecycle.adopted(record, member.name, job, attempt, self.clock.wall())
+                    record,
+                    lifecycle.adopted(record, member.name, job, attempt, self.state.clock.wall()),
                 )
             else:
                 return  # a stale attempt: the sweep removes it
@@ -114,7 +121,7 @@ class Following(HubWrites):
         conditions = {
             c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"
         }
-        now = self.clock.wall()
+        now = self.state.clock.wall()
         if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
             began = record.start_s or record.dispatch_s or now
             self._succeeded(record, finished_at(status, began, now))
@@ -135,24 +142,24 @@ class Following(HubWrites):
             return
         if not record.dispatch_s and job is not None:  # restored after a restart
             created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-            record.dispatch_s = created or self.clock.wall()
+            record.dispatch_s = created or self.state.clock.wall()
         wanted = record.job.workers if record.job is not None else 1
         running = workers_running((job or {}).get("status") or {})
-        timeout_s = self.store.policy.retry.start_timeout_s
-        now = self.clock.wall()
+        timeout_s = self.state.store.policy.retry.start_timeout_s
+        now = self.state.clock.wall()
         verdict = judge_start(wanted, running, record.dispatch_s, now, timeout_s)
         if verdict.action is Gang.REMOVE:
             log.warning("%s on %s: %s", record.key, record.cluster, verdict.message)
-        retry = self.store.policy.retry
+        retry = self.state.store.policy.retry
         self.carry_out(record, lifecycle.start_judged(record, verdict, wanted, running, retry, now))
 
-    def _start_deadlines(self) -> None:
+    def start_deadlines(self) -> None:
         """Attempts of reachable members whose workers have not all started in time go."""
-        for record in self.store.active():
+        for record in self.state.store.active():
             if record.phase != k.PHASE_DISPATCHED or not record.dispatch_s:
                 continue  # running ones were judged when their workers started
-            member = self.members.get(record.cluster)
-            reachable = self.member_status.get(record.cluster, (False, ""))[0]
+            member = self.state.members.get(record.cluster)
+            reachable = self.state.member_status.get(record.cluster, (False, ""))[0]
             if member is not None and reachable:
                 self._judge_start(record, member.jobs.get(record.member_job))
 

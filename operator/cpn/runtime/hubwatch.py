@@ -14,27 +14,39 @@ from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.core.errors import PolicyError
 from cpn.core.policy import QueuePolicy
 from cpn.runtime import lifecycle
-from cpn.runtime.membership import Membership
+from cpn.runtime.following import Following
 from cpn.runtime.ports import Watch, WatchFn, describe, last_good_name
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.store import Packed, Record
 
 log = logging.getLogger(__name__)
 
 
-class HubWatch(Membership):
-    """The hub's Namespaces, AIJobs and policy, as they change."""
+class HubWatch:
+    """The hub's Namespaces, AIJobs and policy, as they change, into the runtime's shared
+    ``state`` (its store and namespaces); record transitions go through ``following``."""
+
+    def __init__(self, state: RuntimeState, following: Following) -> None:
+        self.state = state
+        self.following = following
+        self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
+        self.policy_settled = asyncio.Event()  # ... or the defaults, and it is known why
+        self.policy_error = ""
+        self._restoring: asyncio.Task[None] | None = None
+        self._saving: asyncio.Task[None] | None = None
+        self._last_good: tuple[str, str] | None = None  # (document, version) to save
+        self._policy_version: str | None = None
 
     def namespace_event(self, event: str, body: Mapping[str, Any]) -> None:
         name = body["metadata"]["name"]
         if event == "DELETED":
-            self.namespaces.pop(name, None)
+            self.state.namespaces.pop(name, None)
         else:
-            self.namespaces[name] = dict(body["metadata"].get("labels") or {})
-        for record in self.store.records.values():
+            self.state.namespaces[name] = dict(body["metadata"].get("labels") or {})
+        for record in self.state.store.records.values():
             if record.namespace == name:
-                user, group = self.owner_of(name)
-                self.store.upsert(record.body, user=user, group=group)
+                user, group = self.state.owner_of(name)
+                self.state.store.upsert(record.body, user=user, group=group)
 
     def aijob_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A watch event of an AIJob. A deleted AIJob's member Job is deleted here; one
@@ -43,35 +55,35 @@ class HubWatch(Membership):
         meta = body["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         if event == "DELETED":
-            record = self.store.records.get(key)
+            record = self.state.store.records.get(key)
             if record is not None and record.uid == meta.get("uid"):
                 self._delete_member_job(record)
-                self.calibrator.forget(key)
-                self.store.remove(key)
-                self.kick()
+                self.state.calibrator.forget(key)
+                self.state.store.remove(key)
+                self.state.kick()
             return
-        user, group = self.owner_of(meta["namespace"])
-        old = self.store.records.get(key)
+        user, group = self.state.owner_of(meta["namespace"])
+        old = self.state.store.records.get(key)
         before = (old.uid, old.generation, old.deleting) if old is not None else None
-        record = self.store.upsert(body, user=user, group=group)
+        record = self.state.store.upsert(body, user=user, group=group)
         record.written = _ours(body.get("status") or {}, record.written)
         if (
             record.unknown_queue
             and not record.finished
             and before != (record.uid, record.generation, record.deleting)
         ):
-            self._event(record, "UnknownQueue", record.unknown_queue, warning=True)
+            self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
         if record.deleting and (before is None or not before[2]):
             self._delete_member_job(record)  # held by someone else's finalizer: stop it now
         elif record.job is not None and record.job.suspended and record.active:
             self._suspend_running(record)
         if before != (record.uid, record.generation, record.deleting):
-            self.kick()  # not for our own status writes
+            self.state.kick()  # not for our own status writes
 
     def _aijobs_listed(self, items: list[Mapping[str, Any]]) -> None:
         """A (re-)list of every AIJob: those missing from it were deleted meanwhile."""
         listed = {f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items}
-        for key, record in list(self.store.records.items()):
+        for key, record in list(self.state.store.records.items()):
             if key not in listed:
                 meta = {"namespace": record.namespace, "name": record.name, "uid": record.uid}
                 self.aijob_event("DELETED", {"metadata": meta})
@@ -83,12 +95,12 @@ class HubWatch(Membership):
         """Feed the estimator every Succeeded AIJob it has not seen (once per UID): the hub
         is where what was learned survives a restart or fail-over. Waiting jobs are then
         estimated again. Returns how many it learned from."""
-        learn = getattr(self.estimator, "recall", self.estimator.observe)
+        learn = getattr(self.state.estimator, "recall", self.state.estimator.observe)
         count = 0
-        for record in list(self.store.records.values()):
-            if record.phase != k.PHASE_SUCCEEDED or record.uid in self._learned:
+        for record in list(self.state.store.records.values()):
+            if record.phase != k.PHASE_SUCCEEDED or record.uid in self.state.learned:
                 continue
-            self._learned.add(record.uid)
+            self.state.learned.add(record.uid)
             if record.job is None or record.actual_s <= 0 or not record.gpu_type:
                 continue
             try:
@@ -97,33 +109,33 @@ class HubWatch(Membership):
                 log.exception("predictor failed to learn from %s", record.key)
             count += 1
         if count:
-            for record in self.store.pending():
+            for record in self.state.store.pending():
                 assert record.job is not None
-                record.job = self.store.attach_estimate(record.job)
+                record.job = self.state.store.attach_estimate(record.job)
             log.info("learned from %d finished AIJobs on the hub", count)
         return count
 
     def _namespaces_listed(self, items: list[Mapping[str, Any]]) -> None:
-        self.namespaces = {}
+        self.state.namespaces = {}
         for item in items:
             self.namespace_event("ADDED", item)
 
     def _delete_member_job(self, record: Record) -> None:
-        member = self.members.get(record.cluster)
+        member = self.state.members.get(record.cluster)
         if member is not None and record.member_job and record.active:
-            self.pool.submit(quiet, member.delete_job, record.member_job)
+            self.state.pool.submit(quiet, member.delete_job, record.member_job)
 
     def _suspend_running(self, record: Record) -> None:
         """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
-        self.carry_out(record, lifecycle.suspended(record))
+        self.following.carry_out(record, lifecycle.suspended(record))
 
     async def watch_hub(self) -> None:
         """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""
         await self._watch_hub(
-            self.hub.watch_namespaces, self.namespace_event, self._namespaces_listed
+            self.state.hub.watch_namespaces, self.namespace_event, self._namespaces_listed
         )
-        await self._watch_hub(self.hub.watch_aijobs, self.aijob_event, self._aijobs_listed)
-        self.aijobs_listed = True
+        await self._watch_hub(self.state.hub.watch_aijobs, self.aijob_event, self._aijobs_listed)
+        self.state.aijobs_listed = True
 
     async def _watch_hub(
         self,
@@ -135,13 +147,13 @@ class HubWatch(Membership):
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
-                self._threadsafe(on_list, list(obj.get("items") or []))
+                self.state.threadsafe(on_list, list(obj.get("items") or []))
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
-                self._threadsafe(on_change, event, obj)
+                self.state.threadsafe(on_change, event, obj)
             elif event == "SYNCED":  # after the LIST, in order, on the loop
-                self._threadsafe(listed.set)
+                self.state.threadsafe(listed.set)
 
-        self._hub_informers.append(watch(on_event))
+        self.state.hub_informers.append(watch(on_event))
         await listed.wait()
 
     def watch_policy(self) -> Watch:
@@ -149,14 +161,14 @@ class HubWatch(Membership):
 
         def on_event(event: str, obj: Mapping[str, Any] | None) -> None:
             if event == "LIST" and obj is not None:
-                self._threadsafe(self._policy_listed, list(obj.get("items") or []))
+                self.state.threadsafe(self._policy_listed, list(obj.get("items") or []))
             elif event in {"ADDED", "MODIFIED", "DELETED"} and obj is not None:
-                self._threadsafe(self._policy_from_watch, event, obj)
+                self.state.threadsafe(self._policy_from_watch, event, obj)
 
-        informer = self.hub.watch_policy(
-            self.config.namespace, self.config.policy_configmap, on_event
+        informer = self.state.hub.watch_policy(
+            self.state.config.namespace, self.state.config.policy_configmap, on_event
         )
-        self._policy_informer = informer
+        self.state.policy_informer = informer
         return informer
 
     def _policy_listed(self, items: list[Mapping[str, Any]]) -> None:
@@ -171,7 +183,7 @@ class HubWatch(Membership):
     def _in_force(self) -> str:
         """What the refusal of a new policy leaves in force, for its Event."""
         if self.policy_loaded.is_set():
-            return f"the last good policy (version {self.store.policy.version}) stays"
+            return f"the last good policy (version {self.state.store.policy.version}) stays"
         if self.policy_settled.is_set():
             return "the built-in defaults stay"
         return "the last good policy saved in the cluster is looked for (next Event)"
@@ -180,16 +192,18 @@ class HubWatch(Membership):
         cm = {"apiVersion": "v1", "kind": "ConfigMap", **body}
         version = (body.get("metadata") or {}).get("resourceVersion")
         if event == "DELETED":
-            self.post_event(cm, "PolicyDeleted", f"policy deleted; {self._in_force()}", True)
+            self.state.post_event(cm, "PolicyDeleted", f"policy deleted; {self._in_force()}", True)
             return
         if version == self._policy_version:
             return
         self._policy_version = version
         error = self.policy_event(body)
         if error:
-            self.post_event(cm, "InvalidPolicy", f"refused, {self._in_force()}: {error}", True)
+            self.state.post_event(
+                cm, "InvalidPolicy", f"refused, {self._in_force()}: {error}", True
+            )
         else:
-            self.post_event(cm, "PolicyAccepted", f"policy version {version} in force", False)
+            self.state.post_event(cm, "PolicyAccepted", f"policy version {version} in force", False)
 
     def policy_event(self, body: Mapping[str, Any]) -> str:
         """A new policy ConfigMap; returns "" when taken, else why it was refused. A taken
@@ -200,7 +214,7 @@ class HubWatch(Membership):
             self.policy_error = str(err)
             return self.policy_error
         self.policy_error = ""
-        self._use_policy(policy)
+        self.use_policy(policy)
         text = (body.get("data") or {}).get(CONFIGMAP_KEY, "")
         self._last_good = (text, policy.version)
         if self._saving is None or self._saving.done():
@@ -209,12 +223,14 @@ class HubWatch(Membership):
 
     async def _save_last_good(self) -> None:
         """Write the latest accepted policy to the last-good ConfigMap (the newest wins)."""
-        name = last_good_name(self.config.policy_configmap)
+        name = last_good_name(self.state.config.policy_configmap)
         saved = None
         while self._last_good is not None and self._last_good != saved:
             saved = self._last_good
             try:
-                await self.call(self.hub.save_last_good, self.config.namespace, name, *saved)
+                await self.state.call(
+                    self.state.hub.save_last_good, self.state.config.namespace, name, *saved
+                )
             except Exception as err:  # noqa: BLE001 - hub unreachable in any way: logged
                 log.warning("last good policy not saved in %s: %s", name, describe(err))
                 return
@@ -222,10 +238,12 @@ class HubWatch(Membership):
 
     async def _restore_last_good(self, live: Mapping[str, Any] | None) -> None:
         """Start from the saved last good policy (the live one is broken or gone)."""
-        name = last_good_name(self.config.policy_configmap)
+        name = last_good_name(self.state.config.policy_configmap)
         why = "is refused" if live is not None else "is missing"
         try:
-            saved = await self.call(self.hub.load_last_good, self.config.namespace, name)
+            saved = await self.state.call(
+                self.state.hub.load_last_good, self.state.config.namespace, name
+            )
             if saved is None:
                 raise LookupError(f"there is no {name}")
             policy = parse_policy(saved.text, version=saved.version)
@@ -236,32 +254,34 @@ class HubWatch(Membership):
             )
             log.warning("%s", message)
             if live is not None:
-                self.post_event(live, "PolicyDefaults", message, True)
+                self.state.post_event(live, "PolicyDefaults", message, True)
         else:
             if self.policy_loaded.is_set():
                 return  # a valid live policy came first
-            self._use_policy(policy)
+            self.use_policy(policy)
             message = (
                 f"the policy ConfigMap {why}: the last good policy, version {saved.version} "
                 f"(accepted {saved.accepted_at}, kept in {name}), is in force"
             )
             log.warning("%s", message)
-            self.post_event(live or saved.body, "PolicyRestored", message, True)
+            self.state.post_event(live or saved.body, "PolicyRestored", message, True)
         finally:
             self.policy_settled.set()
 
-    def _use_policy(self, policy: QueuePolicy) -> None:
-        self.store.policy = policy
+    def use_policy(self, policy: QueuePolicy) -> None:
+        self.state.store.policy = policy
         log.info("policy %s in force (version %s)", policy.name, policy.version)
         self.policy_loaded.set()
         self.policy_settled.set()
-        for namespace in {r.namespace for r in self.store.records.values()}:
-            user, group = self.owner_of(namespace)
-            for record in [r for r in self.store.records.values() if r.namespace == namespace]:
-                self.store.upsert(record.body, user=user, group=group)
-        for record in self.store.recheck_queues():
-            self._event(record, "UnknownQueue", record.unknown_queue, warning=True)
-        self.kick()
+        for namespace in {r.namespace for r in self.state.store.records.values()}:
+            user, group = self.state.owner_of(namespace)
+            for record in [
+                r for r in self.state.store.records.values() if r.namespace == namespace
+            ]:
+                self.state.store.upsert(record.body, user=user, group=group)
+        for record in self.state.store.recheck_queues():
+            self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
+        self.state.kick()
 
 
 def _ours(status: Mapping[str, Any], written: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -26,44 +26,54 @@ VOLATILE_WRITE_S = 30.0
 VOLATILE_WRITES_PER_S = 20.0
 
 
-class HubWrites(RuntimeState):
-    """AIJob and MemberCluster status writes."""
+class HubWrites:
+    """AIJob and MemberCluster status writes, on the runtime's shared ``state``: each
+    AIJob's queued by ``state.writes`` and written by :meth:`worker` tasks, paced by
+    ``state.hub_writes``; all of them looked over after each cycle (:meth:`write_all_soon`)."""
+
+    def __init__(self, state: RuntimeState) -> None:
+        self.state = state
+        self._task: asyncio.Task[None] | None = None  # the write_all in the background
+        self._write_again = False
+        self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
 
     def render_status(self, record: Record) -> dict[str, Any]:
         """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`)."""
         status, record.refresh_by_s = render_status(
-            record, self.clock.wall(), self._member_namespace(record.cluster)
+            record, self.state.clock.wall(), self._member_namespace(record.cluster)
         )
         return status
 
     def _member_namespace(self, cluster: str) -> str:
-        member = self.members.get(cluster)
+        member = self.state.members.get(cluster)
         return member.spec.namespace if member else ""
 
-    async def _write_worker(self) -> None:
+    async def worker(self) -> None:
         """Take the next due status (or Event) from the queue and write it, paced."""
         loop = asyncio.get_running_loop()
         while True:
-            kind, item = await self.writes.get()
+            kind, item = await self.state.writes.get()
             try:
-                await self.hub_writes.take()
+                await self.state.hub_writes.take()
                 if kind == "status":
-                    record = self.store.records.get(item)
+                    record = self.state.store.records.get(item)
                     if record is not None:
-                        await self._write_status(record)
+                        await self.write_status(record)
                 else:
-                    await loop.run_in_executor(self.write_pool, self.hub.post_event, *item)
+                    await loop.run_in_executor(
+                        self.state.write_pool, self.state.hub.post_event, *item
+                    )
             except Exception:
                 log.exception("hub write failed")
             finally:
                 if kind == "status":
-                    self.writes.done(item)
+                    self.state.writes.done(item)
 
-    async def _write_status(self, record: Record) -> None:
+    async def write_status(self, record: Record) -> None:
         """Merge-patch the AIJob's status with what changed since the last write."""
-        if record.deleting or record.key not in self.store.records:
+        if record.deleting or record.key not in self.state.store.records:
             return
-        if record.key in self._inflight:
+        if record.key in self.state.inflight:
             # Its create first (it queues the write when it lands); but the hub must not
             # show it at a place in the queue the others have been renumbered around.
             status = self._starting(record)
@@ -72,16 +82,16 @@ class HubWrites(RuntimeState):
         else:
             status = self.render_status(record)
             record.written_sig = _signature(record)
-            record.written_at = self.clock.monotonic()
+            record.written_at = self.state.clock.monotonic()
         patch = merge_patch(unpack(record.written), status)
         if not patch:
             return
         record.written = Packed(status)
-        self.observer.metrics.status_writes.inc()
+        self.state.observer.metrics.status_writes.inc()
         try:
             await asyncio.get_running_loop().run_in_executor(
-                self.write_pool,
-                self.hub.patch_aijob_status,
+                self.state.write_pool,
+                self.state.hub.patch_aijob_status,
                 record.namespace,
                 record.name,
                 patch,
@@ -117,19 +127,19 @@ class HubWrites(RuntimeState):
                 "Starting",
                 message,
                 generation=record.generation,
-                now_s=self.clock.wall(),
+                now_s=self.state.clock.wall(),
                 previous=written.get("conditions") or (),
             )
             for c in written.get("conditions") or ()
         ]
         return status
 
-    def _write_all_soon(self) -> None:
+    def write_all_soon(self) -> None:
         """:meth:`write_all` in the background (the next cycle need not wait for it)."""
-        if self._writer is not None and not self._writer.done():
+        if self._task is not None and not self._task.done():
             self._write_again = True
             return
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self._task = asyncio.get_running_loop().create_task(self._write_loop())
 
     async def _write_loop(self) -> None:
         while True:
@@ -138,45 +148,47 @@ class HubWrites(RuntimeState):
                 await self.write_all()
             except Exception:
                 log.exception("status writes failed; retried after the next cycle")
-            if not self._write_again or self._stopping:
+            if not self._write_again or self.state.stopping:
                 return
 
     async def write_all(self) -> None:
         """Write every AIJob whose status changed in substance; changes only to position,
         score, ETA or the wait message are written at most every :meth:`volatile_period_s`
         per AIJob (with thousands waiting they change for all of them every cycle)."""
-        now, wall = self.clock.monotonic(), self.clock.wall()
+        now, wall = self.state.clock.monotonic(), self.state.clock.wall()
         period = self.volatile_period_s()
         due = [
             r
-            for r in list(self.store.records.values())
+            for r in list(self.state.store.records.values())
             if r.written_sig != _signature(r)
             or now - r.written_at >= period
             or (r.refresh_by_s is not None and wall >= r.refresh_by_s)
         ]
         for record in due:
             record.refresh_by_s = None  # its write renders it again
-            self._write_soon(record)
-        for name in list(self.members):
+            self.state.write_soon(record)
+        for name in list(self.state.members):
             await self.write_member_status(name)
 
     def volatile_period_s(self) -> float:
         """Seconds between writes of an AIJob's position, score and ETA alone: 30 s, longer
         with a long queue (about VOLATILE_WRITES_PER_S such writes per second in all)."""
-        waiting = sum(1 for r in self.store.records.values() if not r.active and not r.finished)
+        waiting = sum(
+            1 for r in self.state.store.records.values() if not r.active and not r.finished
+        )
         return max(VOLATILE_WRITE_S, waiting / VOLATILE_WRITES_PER_S)
 
     async def write_member_status(self, name: str, body: Mapping[str, Any] | None = None) -> None:
-        ready, why = self.member_status.get(name, (False, "not probed yet"))
+        ready, why = self.state.member_status.get(name, (False, "not probed yet"))
         # Conditions keep their lastTransitionTime while their status holds.
         written = self._member_written.get(("member", name)) or (body or {}).get("status") or {}
         previous = written.get("conditions") or ()
-        member = self.members.get(name)
-        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.clock.wall())}
+        member = self.state.members.get(name)
+        status: dict[str, Any] = {"lastProbeTime": rfc3339(self.state.clock.wall())}
         if member is not None:
-            view = self._views.get(name)  # as the last cycle saw it
+            view = self.state.views.get(name)  # as the last cycle saw it
             if view is None:
-                usage = self.store.usage_by_node()
+                usage = self.state.store.usage_by_node()
                 ours = {n: u for (c, n), u in usage.items() if c == name}
                 view = member.cluster(ours, ready=ready)
             types: dict[str, list[float]] = {}
@@ -193,10 +205,10 @@ class HubWrites(RuntimeState):
             status["gpusFree"] = sum(r[2] for r in types.values())
             status["nodes"] = len(view.nodes)
             status["types"] = ",".join(sorted(types))
-        source = self.metrics.get(name)
+        source = self.state.metrics.get(name)
         conditions_extra = []
         if source is not None:
-            fresh, why_metrics = source.fresh(self.clock.wall())
+            fresh, why_metrics = source.fresh(self.state.clock.wall())
             status["metrics"] = {"fresh": fresh, "message": why_metrics}
             conditions_extra.append(
                 condition(
@@ -207,11 +219,11 @@ class HubWrites(RuntimeState):
                     if fresh
                     else f"{why_metrics}; scheduling uses the API's accounting only",
                     generation=0,
-                    now_s=self.clock.wall(),
+                    now_s=self.state.clock.wall(),
                     previous=previous,
                 )
             )
-        slow = self.slow_nodes.get(name, ())
+        slow = self.state.slow_nodes.get(name, ())
         conditions_extra.append(
             condition(
                 k.COND_SLOW_NODES,
@@ -222,7 +234,7 @@ class HubWrites(RuntimeState):
                 else "no node's benchmark is below "
                 f"{SLOW_RATIO:g}x the median of its GPU type's other nodes",
                 generation=0,
-                now_s=self.clock.wall(),
+                now_s=self.state.clock.wall(),
                 previous=previous,
             )
         )
@@ -233,7 +245,7 @@ class HubWrites(RuntimeState):
                 "Reachable" if ready else "Unreachable",
                 why or "API answers",
                 generation=0,
-                now_s=self.clock.wall(),
+                now_s=self.state.clock.wall(),
                 previous=previous,
             ),
             *conditions_extra,
@@ -245,7 +257,7 @@ class HubWrites(RuntimeState):
             return
         self._member_written[key] = comparable
         try:
-            await self.call(self.hub.patch_member_status, name, status)
+            await self.state.call(self.state.hub.patch_member_status, name, status)
         except Exception as err:  # noqa: BLE001 - CallFailed or unreachable: logged, retried
             self._member_written.pop(key, None)
             log.warning("status of member %s not written: %s", name, err)

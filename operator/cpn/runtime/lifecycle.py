@@ -13,10 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.jobs import member_job_name
 from cpn.api.status import human_duration
+from cpn.core.explain import Choice
+from cpn.core.fence import next_fence
 from cpn.core.gang import Gang, Verdict
+from cpn.core.model import Start
 from cpn.core.policy import Retry
-from cpn.runtime.effects import KICK, WRITE, Count, DeleteJob, Effect, Event, Learn
+from cpn.runtime.effects import KICK, WRITE, Count, CreateJob, DeleteJob, Effect, Event, Learn
 from cpn.runtime.store import Record
 
 
@@ -61,6 +65,63 @@ def requeued(
     """Back to the queue (or suspended), unplaced, with an Event and a status write."""
     new = unplaced(record, phase=phase, reason=reason, message=message, **changes)
     return Step(new, (Event(event, message, warning), WRITE))
+
+
+def dispatched(
+    record: Record,
+    start: Start,
+    choice: Choice | None,
+    now_s: float,
+    *,
+    nonce: str,
+    restart_cost_s: float,
+) -> Step:
+    """A cycle's start assumed: the record holds its GPUs from now, as attempt
+    ``attempts + 1`` on ``start``'s member, nodes and GPU type, and its member Job is to be
+    created. Its fencing token is that attempt's (made with ``nonce``, or kept when a
+    create of the same attempt went unanswered: the Job may have landed under its name). A
+    preempted job resumes from its checkpoint, predicted to need ``restart_cost_s`` plus
+    the rest of its work. A record with no parsed job is not dispatched (no change, nothing
+    to do)."""
+    if record.job is None:
+        return Step(record)
+    attempt = record.attempts + 1
+    predicted = start.predicted_runtime_s
+    resume_from = None
+    if record.preemptions:  # the rest of its work, after the restart
+        resume_from = record.checkpointed_s
+        predicted = restart_cost_s + max(0.0, start.predicted_runtime_s - resume_from)
+    message = (
+        f"dispatched to {start.cluster} ({start.gpu_type}, "
+        f"node {', '.join(sorted(set(start.nodes)))}); predicted "
+        f"{human_duration(predicted)}"
+    )
+    if resume_from is not None:
+        message += (
+            f"; resumes from its checkpoint at {human_duration(resume_from) or '0s'}"
+            f" (attempt {attempt}, after {record.preemptions} preemption(s))"
+        )
+    new = replace(
+        record,
+        attempts=attempt,
+        fence=next_fence(record.fence, attempt, nonce),
+        phase=k.PHASE_DISPATCHED,
+        cluster=start.cluster,
+        gpu_type=start.gpu_type,
+        nodes=start.nodes,
+        alone=start.alone,
+        predicted_runtime_s=predicted,
+        transfer_s=start.transfer_s,
+        dispatch_s=now_s,
+        not_before_s=0.0,
+        position=0,
+        frees=None,
+        choice=choice,
+        member_job=member_job_name(record.name, record.uid, attempt),
+        reason="Dispatched",
+        message=message,
+    )
+    return Step(new, (CreateJob(start.cluster, attempt, resume_from),))
 
 
 def member_lost(record: Record, member: str, timeout_s: float, source: str) -> Step:

@@ -16,58 +16,92 @@ from cpn.core.eta import project
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
-from cpn.runtime.state import WRITE_WORKERS
+from cpn.runtime.dispatch import Dispatching
+from cpn.runtime.following import Following
+from cpn.runtime.hubwatch import HubWatch
+from cpn.runtime.hubwrites import HubWrites
+from cpn.runtime.membership import Membership
+from cpn.runtime.state import WRITE_WORKERS, RuntimeState
 
 log = logging.getLogger(__name__)
 
 
-class Loop(Benchmarking):
-    """When to cycle, and a cycle."""
+class Loop:
+    """When to cycle, and a cycle: the one object that runs the others, on the runtime's
+    shared ``state``."""
+
+    def __init__(
+        self,
+        state: RuntimeState,
+        *,
+        writer: HubWrites,
+        following: Following,
+        membership: Membership,
+        hub_watch: HubWatch,
+        dispatching: Dispatching,
+        benchmarking: Benchmarking,
+    ) -> None:
+        self.state = state
+        self.writer = writer
+        self.following = following
+        self.membership = membership
+        self.hub_watch = hub_watch
+        self.dispatching = dispatching
+        self.benchmarking = benchmarking
+        self.cycles = 0
+        self.last_plan: CyclePlan | None = None
+        self.last_snapshot: Snapshot | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._eta_task: asyncio.Task[None] | None = None
+        self._eta_at = 0.0
+        self._eta_wall_s = 0.0  # how long the last ETA projection took
+        self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
+        self._cycle_end = 0.0
 
     async def wait_synced(self, timeout_s: float = 60.0) -> None:
         """Wait until every member has listed nodes, pods and Jobs (or timed out)."""
-        deadline = self.clock.monotonic() + timeout_s
-        while self.clock.monotonic() < deadline:
-            if all(m.synced() for m in self.members.values()):
+        deadline = self.state.clock.monotonic() + timeout_s
+        while self.state.clock.monotonic() < deadline:
+            if all(m.synced() for m in self.state.members.values()):
                 return
             await asyncio.sleep(0.05)
 
     async def run(self) -> None:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
-        self.loop = asyncio.get_running_loop()
-        self.observer.start()
-        if self._policy_informer is None:
-            self.watch_policy()
+        self.state.loop = asyncio.get_running_loop()
+        self.state.observer.start()
+        if self.state.policy_informer is None:
+            self.hub_watch.watch_policy()
         try:
-            await asyncio.wait_for(self.policy_settled.wait(), timeout=15.0)
+            await asyncio.wait_for(self.hub_watch.policy_settled.wait(), timeout=15.0)
         except TimeoutError:
             log.warning(
                 "no valid policy ConfigMap %s/%s; scheduling with the defaults",
-                self.config.namespace,
-                self.config.policy_configmap,
+                self.state.config.namespace,
+                self.state.config.policy_configmap,
             )
-        await self.watch_hub()
-        self.watch_benchmarks()
-        await self.connect_members()
+        await self.hub_watch.watch_hub()
+        self.benchmarking.watch()
+        await self.membership.connect_members()
         await self.wait_synced()
-        self._requeue_uncreated()
-        self._metrics_task = asyncio.get_running_loop().create_task(self.metrics_loop())
-        self._write_workers = [
-            asyncio.get_running_loop().create_task(self._write_worker())
+        self.dispatching.requeue_uncreated()
+        self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
+        self.state.write_workers = [
+            asyncio.get_running_loop().create_task(self.writer.worker())
             for _ in range(WRITE_WORKERS)
         ]
-        while not self._stopping:
+        while not self.state.stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self._next_wake_s())
-            await asyncio.sleep(self.config.debounce_s)
+                await asyncio.wait_for(self.state.kicked.wait(), timeout=self.next_wake_s())
+            await asyncio.sleep(self.state.config.debounce_s)
             # Pace: cycles (plan_cycle is a thread holding the GIL) get at most half of the
             # time, so events, dispatches and status writes keep flowing with a long queue.
-            rest = self._cycle_wall_s - (self.clock.monotonic() - self._cycle_end)
+            rest = self._cycle_wall_s - (self.state.clock.monotonic() - self._cycle_end)
             if rest > 0:
                 await asyncio.sleep(rest)
-            self._kick.clear()
+            self.state.kicked.clear()
             if (
-                not self.leadership.leading()
+                not self.state.leadership.leading()
             ):  # deposed (e.g. paused past the renew deadline): act no more
                 log.error("not the leader any more: no cycle")
                 continue
@@ -77,25 +111,25 @@ class Loop(Benchmarking):
                 log.exception("scheduling cycle failed; retrying on the next kick")
                 await asyncio.sleep(1.0)
 
-    def _next_wake_s(self) -> float:
+    def next_wake_s(self) -> float:
         """Seconds until the safety-net tick, until a backing-off job may retry, until a
         start instant a status shows must be rendered again (:func:`start_fields`), or until
         a not-ready member's jobs are due to be requeued."""
-        wait = self.config.interval_s
-        member_timeout_s, _ = self.member_timeout()
-        placed = {record.cluster for record in self.store.active()}
-        for name, since in self._not_ready_since.items():
-            due = since + member_timeout_s - self.clock.monotonic()
+        wait = self.state.config.interval_s
+        member_timeout_s, _ = self.state.member_timeout()
+        placed = {record.cluster for record in self.state.store.active()}
+        for name, since in self.state.not_ready_since.items():
+            due = since + member_timeout_s - self.state.clock.monotonic()
             if name in placed and due > 0:
                 wait = min(wait, due + 0.05)
-        now = self.clock.wall()
-        for record in self.store.pending():
+        now = self.state.clock.wall()
+        for record in self.state.store.pending():
             if record.not_before_s > now:
                 wait = min(wait, record.not_before_s - now + 0.05)
             if record.refresh_by_s is not None:
                 wait = min(wait, record.refresh_by_s - now)
-        timeout_s = self.store.policy.retry.start_timeout_s
-        for record in self.store.active():  # an attempt's start deadline still ahead
+        timeout_s = self.state.store.policy.retry.start_timeout_s
+        for record in self.state.store.active():  # an attempt's start deadline still ahead
             deadline = record.dispatch_s + timeout_s
             if record.phase == k.PHASE_DISPATCHED and record.dispatch_s and deadline > now:
                 wait = min(wait, deadline - now + 0.05)
@@ -104,11 +138,11 @@ class Loop(Benchmarking):
     async def cycle(self) -> CyclePlan:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
-        self._requeue_lost()
-        self._start_deadlines()
-        self._drained()
-        clusters, bandwidth = self.clusters_view()
-        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
+        self.dispatching.requeue_lost()
+        self.following.start_deadlines()
+        self.dispatching.drained()
+        clusters, bandwidth = self.membership.clusters_view()
+        snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
@@ -123,12 +157,12 @@ class Loop(Benchmarking):
             "wall_s": round(wall, 4),
         }
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
-        await self.observer.cycle(self.cycles, snapshot, plan, wall)
-        await self.apply(plan, snapshot, chosen, frees)
-        self.benchmarks_after_cycle(snapshot, plan)
-        self._cycle_end = self.clock.monotonic()
+        await self.state.observer.cycle(self.cycles, snapshot, plan, wall)
+        await self.dispatching.apply(plan, snapshot, chosen, frees)
+        self.benchmarking.after_cycle(snapshot, plan)
+        self._cycle_end = self.state.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
-        self.observer.cycle_applied(self._cycle_wall_s)
+        self.state.observer.cycle_applied(self._cycle_wall_s)
         self._maybe_project()
         return plan
 
@@ -137,25 +171,25 @@ class Loop(Benchmarking):
         if self._eta_task is not None and not self._eta_task.done():
             return
         # At most every eta_interval_s, and the projection at most a fifth of the time.
-        if self.clock.monotonic() - self._eta_at < max(
-            self.config.eta_interval_s, 4 * self._eta_wall_s
+        if self.state.clock.monotonic() - self._eta_at < max(
+            self.state.config.eta_interval_s, 4 * self._eta_wall_s
         ):
             return
-        self._eta_at = self.clock.monotonic()
+        self._eta_at = self.state.clock.monotonic()
         self._eta_task = asyncio.get_running_loop().create_task(self.refresh_etas())
 
     async def refresh_etas(self) -> None:
         """Project the queue forward from now (after this cycle's starts) and write ETAs."""
-        clusters, bandwidth = self.clusters_view()
-        snapshot = self.store.snapshot(self.clock.wall(), clusters, bandwidth)
+        clusters, bandwidth = self.membership.clusters_view()
+        snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         if not snapshot.pending:
             return
-        started = self.clock.monotonic()
+        started = self.state.clock.monotonic()
         projection = await asyncio.to_thread(project, snapshot)
-        self._eta_wall_s = self.clock.monotonic() - started
-        records = self.store.pending()
+        self._eta_wall_s = self.state.clock.monotonic() - started
+        records = self.state.store.pending()
         jobs = {r.key: r.job for r in records if r.job is not None}
-        told = self.calibrator.tell(projection, jobs, snapshot.now_s, jobs)
+        told = self.state.calibrator.tell(projection, jobs, snapshot.now_s, jobs)
         for record in records:
             found = told.get(record.key)
             if found is None:
@@ -163,7 +197,7 @@ class Loop(Benchmarking):
                 continue
             record.eta_start_s, record.eta_finish_s = found.start_s, found.end_s
             record.eta_range = (found.start_low_s, found.start_high_s)
-        await self.write_all()
+        await self.writer.write_all()
 
 
 def _plan_and_explain(

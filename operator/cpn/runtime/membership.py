@@ -14,8 +14,9 @@ from cpn.core.health import Health, Probe, Probes, health
 from cpn.runtime import lifecycle
 from cpn.runtime.following import Following, why_stale
 from cpn.runtime.gpuusage import job_usage
+from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import Member, MemberUnusable, MetricsSource, describe
-from cpn.runtime.state import quiet
+from cpn.runtime.state import RuntimeState, quiet
 
 log = logging.getLogger(__name__)
 
@@ -23,70 +24,82 @@ log = logging.getLogger(__name__)
 REMOVE_DELETE_S = 10.0
 
 
-class Membership(Following):
-    """Members: connected, watched, probed, viewed."""
+class Membership:
+    """Members: connected, watched, probed, viewed, swept; on the runtime's shared
+    ``state``, writing MemberCluster statuses through ``writer`` and handing member Job
+    events and record transitions to ``following``."""
+
+    def __init__(self, state: RuntimeState, writer: HubWrites, following: Following) -> None:
+        self.state = state
+        self.writer = writer
+        self.following = following
+        self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
 
     async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A MemberCluster was added, changed or removed."""
         name = body["metadata"]["name"]
         if event == "DELETED":
             await self.member_removed(name)
-        old = self.members.pop(name, None)
+        old = self.state.members.pop(name, None)
         if old is not None:
             old.stop()
         if event == "DELETED":
-            self.member_status.pop(name, None)
-            self.probes.pop(name, None)
+            self.state.member_status.pop(name, None)
+            self.state.probes.pop(name, None)
             self._probe_ready.pop(name, None)
-            self._not_ready_since.pop(name, None)
-            self.kick()
+            self.state.not_ready_since.pop(name, None)
+            self.state.kick()
             return
         spec = body.get("spec") or {}
         try:
-            member = await self.call(
-                self.hub.connect_member, name, spec, self._member_callback, self._probe_callback
+            member = await self.state.call(
+                self.state.hub.connect_member,
+                name,
+                spec,
+                self._member_callback,
+                self._probe_callback,
             )
         except MemberUnusable as err:
-            self.member_status[name] = (False, f"kubeconfig: {err}")
-            await self.write_member_status(name, body)
+            self.state.member_status[name] = (False, f"kubeconfig: {err}")
+            await self.writer.write_member_status(name, body)
             return
         prometheus_url = spec.get("prometheusURL") or ""
         if prometheus_url:
-            self.metrics[name] = self.hub.metrics_source(
-                prometheus_url, self.config.metrics_max_age_s
+            self.state.metrics[name] = self.state.hub.metrics_source(
+                prometheus_url, self.state.config.metrics_max_age_s
             )
         else:
-            self.metrics.pop(name, None)
-        self.members[name] = member
+            self.state.metrics.pop(name, None)
+        self.state.members[name] = member
         member.start()
-        self.kick()
+        self.state.kick()
 
     async def member_removed(self, name: str) -> None:
         """Its MemberCluster is deleted: every job placed there is requeued at once (the
         admin's removal confirms the member gone, under either ``retry.member_lost``), then
         their member Jobs are deleted while the member still answers; one that cannot be
         is named in a Warning Event ``MemberJobNotDeleted`` (it may still run there)."""
-        member = self.members.get(name)
-        records = [r for r in self.store.active() if r.cluster == name]
+        member = self.state.members.get(name)
+        records = [r for r in self.state.store.active() if r.cluster == name]
         if not records:
             return
         cannot = ""
         if member is None:
             cannot = f"cpn holds no connection to {name}"
-        elif self.member_health(name, self.clock.monotonic()).since_s is not None:
+        elif self.member_health(name, self.state.clock.monotonic()).since_s is not None:
             cannot = f"{name} does not answer"
         # Requeued before any delete is sent: the Job's deletion, seen by watch, must not
         # pass for the failure of a live attempt.
         jobs = [(record, record.member_job) for record in records]
         for record, _ in jobs:
-            self.carry_out(record, lifecycle.member_removed(record, name, cannot))
+            self.following.carry_out(record, lifecycle.member_removed(record, name, cannot))
         log.warning("member %s removed: %d jobs placed there requeued", name, len(jobs))
         if member is None or cannot:
             return
 
         async def delete(job: str) -> str:
             try:
-                await asyncio.wait_for(self.call(member.delete_job, job), REMOVE_DELETE_S)
+                await asyncio.wait_for(self.state.call(member.delete_job, job), REMOVE_DELETE_S)
             except Exception as err:  # noqa: BLE001 - TimeoutError included: told in an Event, not raised
                 return describe(err) or "no answer"
             return ""
@@ -98,44 +111,44 @@ class Membership(Following):
                     f"member Job {job} on the removed member {name} could not be deleted "
                     f"({why}): it may still run there as well"
                 )
-                self._event(record, "MemberJobNotDeleted", message, warning=True)
+                self.state.event(record, "MemberJobNotDeleted", message, warning=True)
 
     def _member_callback(
         self, member: str, kind: str, event: str, obj: Mapping[str, Any] | None
     ) -> None:
-        self._threadsafe(self._on_member, member, kind, event, obj)
+        self.state.threadsafe(self._on_member, member, kind, event, obj)
 
     def _on_member(
         self, member_name: str, kind: str, event: str, obj: Mapping[str, Any] | None
     ) -> None:
-        member = self.members.get(member_name)
+        member = self.state.members.get(member_name)
         if member is None:
             return
         if kind == "jobs" and obj is not None and event in {"ADDED", "MODIFIED", "DELETED"}:
-            self._follow(member, event, obj)
+            self.following.follow(member, event, obj)
         elif kind == "jobs" and event == "LIST" and obj is not None:
             for item in obj.get("items") or []:
-                self._follow(member, "ADDED", item)
-            if self.loop is not None:  # back after an outage: remove stale attempts at once
-                self.loop.create_task(self.sweep())
+                self.following.follow(member, "ADDED", item)
+            if self.state.loop is not None:  # back after an outage: remove stale attempts at once
+                self.state.loop.create_task(self.sweep())
         if kind == "jobs":
-            # A Job that ends frees GPUs: _follow kicks then. Its other changes (created,
+            # A Job that ends frees GPUs: follow kicks then. Its other changes (created,
             # ready) free nothing, and a burst of dispatches would otherwise cycle per Job.
             if event in {"LIST", "SYNCED", "ERROR"}:
-                self.kick()
+                self.state.kick()
         elif kind != "pods" or event in {"LIST", "SYNCED", "DELETED", "ERROR"} or _pod_done(obj):
-            self.kick()
+            self.state.kick()
 
     def _probe_callback(self, member: str, probe: Probe) -> None:
-        self._threadsafe(self._on_probe, member, probe)
+        self.state.threadsafe(self._on_probe, member, probe)
 
     def _on_probe(self, name: str, probe: Probe) -> None:
         """A probe's result: a cycle at once when it turns the member's verdict, or when the
         member's jobs are due to be requeued (the cycle writes and requeues)."""
-        if name not in self.members:
+        if name not in self.state.members:
             return
-        self.probes[name] = self.probes.get(name, Probes()).add(probe)
-        now = self.clock.monotonic()
+        self.state.probes[name] = self.state.probes.get(name, Probes()).add(probe)
+        now = self.state.clock.monotonic()
         verdict = self.member_health(name, now)
         if verdict.ready != self._probe_ready.get(name):
             self._probe_ready[name] = verdict.ready
@@ -146,22 +159,22 @@ class Membership(Following):
                 verdict.reason,
                 verdict.message,
             )
-            self.kick()
+            self.state.kick()
         elif (
-            (since := self._not_ready_since.get(name)) is not None
-            and now - since >= self.member_timeout()[0]
-            and any(r.cluster == name for r in self.store.active())
+            (since := self.state.not_ready_since.get(name)) is not None
+            and now - since >= self.state.member_timeout()[0]
+            and any(r.cluster == name for r in self.state.store.active())
         ):
-            self.kick()
+            self.state.kick()
 
     def member_health(self, name: str, now: float) -> Health:
         """What the member's probes say at ``now`` (monotonic seconds)."""
-        member = self.members.get(name)
+        member = self.state.members.get(name)
         overdue = member.probe_overdue_s if member is not None else 0.0
         return health(
-            self.probes.get(name, Probes()),
+            self.state.probes.get(name, Probes()),
             now,
-            grace_s=self.config.member_grace_s,
+            grace_s=self.state.config.member_grace_s,
             overdue_s=overdue,
         )
 
@@ -170,14 +183,14 @@ class Membership(Following):
         error, then the failing watch's). Not ready since the first view that found it so:
         the cycle that writes its ``Ready=False``, where the member timeout counts from."""
         verdict = self.member_health(member.name, now)
-        ready, why = member.ready(self.config.member_grace_s)
+        ready, why = member.ready(self.state.config.member_grace_s)
         if not verdict.ready:
             why = verdict.message if ready else f"{verdict.message}; {why}"
             ready = False
         if ready:
-            self._not_ready_since.pop(member.name, None)
+            self.state.not_ready_since.pop(member.name, None)
         else:
-            self._not_ready_since.setdefault(member.name, now)
+            self.state.not_ready_since.setdefault(member.name, now)
         return ready, why
 
     async def connect_members(self) -> None:
@@ -186,59 +199,61 @@ class Membership(Following):
         A job placed on a member whose MemberCluster was deleted while the operator was
         down is requeued as if the deletion had been seen (the AIJobs are listed by now)."""
         registered = set()
-        for body in await self.call(self.hub.list_members):
+        for body in await self.state.call(self.state.hub.list_members):
             name = body["metadata"]["name"]
             registered.add(name)
-            if name not in self.members:
-                self.member_specs[name] = body.get("spec")
+            if name not in self.state.members:
+                self.state.member_specs[name] = body.get("spec")
                 await self.member_event("ADDED", body)
-        for record in self.store.active():
+        for record in self.state.store.active():
             if record.cluster and record.cluster not in registered:
                 why = f"cpn holds no connection to {record.cluster}"
-                self.carry_out(record, lifecycle.member_removed(record, record.cluster, why))
+                self.following.carry_out(
+                    record, lifecycle.member_removed(record, record.cluster, why)
+                )
         # A member connected by its own handler before the AIJobs were listed had its Jobs
         # listed when no record existed to match them: follow its mirror again now.
-        for member in list(self.members.values()):
+        for member in list(self.state.members.values()):
             for job in list(member.jobs.values()):
-                self._follow(member, "ADDED", job)
+                self.following.follow(member, "ADDED", job)
 
     def clusters_view(self) -> tuple[list[Any], dict[str, dict[str, float]]]:
         """Core clusters from the members, and the bandwidth table."""
-        usage = self.store.usage_by_node()
+        usage = self.state.store.usage_by_node()
         clusters = []
         bandwidth: dict[str, dict[str, float]] = {}
-        now = self.clock.monotonic()
+        now = self.state.clock.monotonic()
         started: dict[str, dict[str, float]] = {}  # member -> node -> latest start on it
-        for record in self.store.active():
+        for record in self.state.store.active():
             began = record.start_s or record.dispatch_s
             on = started.setdefault(record.cluster, {})
             for node in record.nodes:
                 on[node] = max(on.get(node, 0.0), began)
-        for name, member in sorted(self.members.items()):
+        for name, member in sorted(self.state.members.items()):
             ready, why = self._member_ready(member, now)
-            self.member_status[name] = (ready, why)
+            self.state.member_status[name] = (ready, why)
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
             util = self._cpu_util(name, started.get(name, {}))
             clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
-        self._views = {c.name: c for c in clusters}
-        self.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
+        self.state.views = {c.name: c for c in clusters}
+        self.state.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)
         return clusters, bandwidth
 
     def _cpu_util(self, member: str, started: Mapping[str, float]) -> dict[str, float]:
         """Trusted node CPU utilisation of a member (samples older than the latest start of
         a cpn job on the node left out)."""
-        source = self.metrics.get(member)
+        source = self.state.metrics.get(member)
         if source is None:
             return {}
-        return source.cpu_util(self.clock.wall(), started)
+        return source.cpu_util(self.state.clock.wall(), started)
 
     async def metrics_loop(self, period_s: float = 10.0) -> None:
         """Read every member's Prometheus periodically (Prometheus is pull-based), then the
         GPU usage of the jobs running there."""
-        while not self._stopping:
-            for name, source in list(self.metrics.items()):
-                await self.call(source.refresh)
+        while not self.state.stopping:
+            for name, source in list(self.state.metrics.items()):
+                await self.state.call(source.refresh)
                 self.read_gpu_usage(name, source)
             await asyncio.sleep(period_s)
 
@@ -247,15 +262,15 @@ class Membership(Following):
         reported for keeps its last one: written with the time it was read)."""
         running = [
             r
-            for r in self.store.active()
+            for r in self.state.store.active()
             if r.cluster == member and r.phase == k.PHASE_RUNNING and r.member_job
         ]
         if not running:
             return
-        connected = self.members.get(member)
+        connected = self.state.members.get(member)
         if connected is None:
             return
-        pods = source.pod_gpus(self.clock.wall())
+        pods = source.pod_gpus(self.state.clock.wall())
         namespace = connected.spec.namespace
         for record in running:
             usage = job_usage(pods, namespace, record.member_job)
@@ -266,28 +281,30 @@ class Membership(Following):
         """Delete member Jobs whose AIJob is gone or whose attempt is not the live one (only
         once the AIJobs are listed: before, every member Job would look orphaned)."""
         deleted = 0
-        if not self.aijobs_listed:
+        if not self.state.aijobs_listed:
             return 0
-        for member in list(self.members.values()):
+        for member in list(self.state.members.values()):
             # Not a member that stopped answering: its mirror is old and a delete would
             # hang there, holding up the sweep of the others (it is swept once it answers).
-            silent = self.member_health(member.name, self.clock.monotonic()).since_s is not None
+            silent = (
+                self.member_health(member.name, self.state.clock.monotonic()).since_s is not None
+            )
             if not member.synced() or silent:
                 continue
             for name, job in list(member.jobs.items()):
                 # Adopt first: a Job created just before a crash, whose Dispatched status
                 # never landed, belongs to a record that still reads Queued.
-                self._follow(member, "MODIFIED", job)
+                self.following.follow(member, "MODIFIED", job)
                 labels = (job.get("metadata") or {}).get("labels") or {}
                 if k.LABEL_BENCHMARK in labels:
                     continue  # a GPUBenchmark's Job: it ends by itself and is kept
-                record = self.store.by_uid(labels.get(k.LABEL_UID, ""))
+                record = self.state.store.by_uid(labels.get(k.LABEL_UID, ""))
                 attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
                 why = why_stale(record, member.name, name, attempt)
                 if why is None:
                     continue
                 log.info("deleting member Job %s/%s: %s", member.name, name, why)
-                await self.call(quiet, member.delete_job, name)
+                await self.state.call(quiet, member.delete_job, name)
                 deleted += 1
         return deleted
 

@@ -1,7 +1,10 @@
-"""The runtime's state and plumbing: what every part of :class:`~cpn.runtime.engine.Runtime`
-shares (the store, the members, the pools, the clock and the other ports), how a blocking
-call runs off the loop, how a cycle is asked for, and how Events and status writes are
-queued.
+"""The runtime's shared state and plumbing: what every collaborator of
+:class:`~cpn.runtime.engine.Runtime` is handed (the store, the members, the pools, the
+clock and the other ports), how a blocking call runs off the loop (:meth:`~RuntimeState.call`),
+how a cycle is asked for (:meth:`~RuntimeState.kick`), how a callback from another thread
+reaches the loop (:meth:`~RuntimeState.threadsafe`), and how Events and status writes are
+queued (:meth:`~RuntimeState.event`, :meth:`~RuntimeState.write_soon`). It calls no
+collaborator.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.fence import member_timeout
 from cpn.core.health import Probes
-from cpn.core.model import Cluster, CyclePlan, Snapshot
+from cpn.core.model import Cluster
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.ports import Clock, Hub, Leadership, Member, MetricsSource, Watch
@@ -34,7 +37,8 @@ EventPoster = Callable[[Mapping[str, Any], str, str, bool], None]
 
 
 class RuntimeState:
-    """The state every part of the runtime shares (see :class:`~cpn.runtime.engine.Runtime`)."""
+    """The state every collaborator of the runtime shares (see
+    :class:`~cpn.runtime.engine.Runtime`); what only one of them needs is kept there."""
 
     def __init__(
         self,
@@ -64,57 +68,27 @@ class RuntimeState:
         self.write_pool = ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="cpn-w")
         self.hub_writes = Pace(config.hub_write_qps, config.hub_write_burst, clock=clock.monotonic)
         self.writes = WriteQueue()
-        self._write_workers: list[asyncio.Task[None]] = []
-        self._writer: asyncio.Task[None] | None = None
-        self._views: dict[str, Cluster] = {}  # each member as the last cycle saw it
-        self._inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
-        self._write_again = False
+        self.write_workers: list[asyncio.Task[None]] = []
+        self.views: dict[str, Cluster] = {}  # each member as the last cycle saw it
+        self.inflight: dict[str, asyncio.Task[None]] = {}  # member Job creates, by AIJob key
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._kick = asyncio.Event()
-        self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
-        self.policy_settled = asyncio.Event()  # ... or the defaults, and it is known why
-        self._restoring: asyncio.Task[None] | None = None
-        self._saving: asyncio.Task[None] | None = None
-        self._last_good: tuple[str, str] | None = None  # (document, version) to save
-        self._policy_version: str | None = None
-        self._policy_informer: Watch | None = None
-        self._hub_informers: list[Watch] = []
+        self.kicked = asyncio.Event()
+        self.policy_informer: Watch | None = None
+        self.hub_informers: list[Watch] = []
         self.aijobs_listed = False  # the sweep waits for it
-        self.cycles = 0
-        self.last_plan: CyclePlan | None = None
-        self.last_snapshot: Snapshot | None = None
-        self.policy_error = ""
-        self._stopping = False
-        self._not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
-        self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
-        self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
+        self.stopping = False
+        self.not_ready_since: dict[str, float] = {}  # member -> when it turned not ready
         self.probes: dict[str, Probes] = {}  # each member's probe results, folded
-        self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
-        self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
         self.member_specs: dict[str, Any] = {}
         self.metrics: dict[str, MetricsSource] = {}
-        self._metrics_task: asyncio.Task[None] | None = None
-        self._eta_task: asyncio.Task[None] | None = None
-        self._eta_at = 0.0
-        self._eta_wall_s = 0.0  # how long the last ETA projection took
         # Projected waits scaled by how much later than projected jobs really started.
         self.calibrator = WaitCalibrator()
-        self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
-        self._cycle_end = 0.0
         self.observer = Observer(config, clock=clock)
-        self._learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
+        self.learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
-        # GPUBenchmarks on the hub by name (runtime/benchmarks.py), and those with a call
-        # in flight
-        self.benchmarks: dict[str, Mapping[str, Any]] = {}
-        self.benchmarks_listed = False
-        self._bench_busy: set[str] = set()
-        self._bench_preempted: set[str] = set()  # whose deleted Job may still be seen
-        # the slow-node rule's verdict: the members with slow nodes (core.benchmarks.
-        # slow_nodes), for the MemberClusters' SlowNodes condition, and what it was judged on
+        # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
+        # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
         self.slow_nodes: dict[str, tuple[SlowNode, ...]] = {}
-        self._speeds_judged: object = None
-        self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking API call in the pool."""
@@ -131,9 +105,9 @@ class RuntimeState:
 
     def kick(self) -> None:
         """Ask for a cycle soon (merged with other kicks)."""
-        self._kick.set()
+        self.kicked.set()
 
-    def _threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
+    def threadsafe(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
@@ -151,14 +125,14 @@ class RuntimeState:
     ) -> None:
         self.writes.add_event((body, reason, message, warning))
 
-    def _event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
+    def event(self, record: Record, reason: str, message: str, warning: bool = False) -> None:
         body = {"apiVersion": f"{k.GROUP}/{k.VERSION}", "kind": "AIJob", **record.body}
         try:
             self.post_event(body, reason, message, warning)
         except Exception:  # events are best effort
             log.debug("event not posted", exc_info=True)
 
-    def _write_soon(self, record: Record) -> None:
+    def write_soon(self, record: Record) -> None:
         self.writes.add(record.key)
 
 

@@ -2,7 +2,7 @@
 
 Pure: the instant comes from the caller, nothing is read or written here. The
 runtime renders a record's status after each transition and before each write
-(:meth:`cpn.runtime.engine.Runtime.render_status`); what each field means and how
+(:meth:`cpn.runtime.hubwrites.HubWrites.render_status`); what each field means and how
 fresh it is, see docs/user-guide.md.
 """
 
