@@ -110,6 +110,15 @@ class JobWatch:
         self._thread.start()
 
     def _run(self, uid: str) -> None:
+        try:
+            self._watch(uid)
+        except Exception:
+            # Stopped: the bed may go down (the session's end) before the next event wakes
+            # the stream; an error while still watching is the test's to see.
+            if not self._stop.is_set():
+                raise
+
+    def _watch(self, uid: str) -> None:
         batch = client.BatchV1Api(self._api)
         w = watch.Watch()  # type: ignore[no-untyped-call]
         for event in w.stream(  # type: ignore[no-untyped-call]
