@@ -12,7 +12,7 @@ import time
 
 from cpn.api import constants as k
 from cpn.core.cycle import plan_cycle
-from cpn.core.eta import project
+from cpn.core.eta import project_range
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
@@ -151,7 +151,7 @@ class Loop(Benchmarking):
         if not snapshot.pending:
             return
         started = self.clock.monotonic()
-        projection = await asyncio.to_thread(project, snapshot)
+        projection = await asyncio.to_thread(project_range, snapshot)
         self._eta_wall_s = self.clock.monotonic() - started
         records = self.store.pending()
         jobs = {r.key: r.job for r in records if r.job is not None}
