@@ -122,3 +122,56 @@ def test_projection_places_with_the_live_cycles_milp():
     assert {k for k, p in out.items() if p.start_s == 1000} == {s.job_key for s in live.starts}
     assert {s.job_key for s in live.starts} == {"big"}
     assert all(out[j.key].start_s == 1100 for j in small)
+
+
+def _queue(high_s: float | None) -> tuple[object, ...]:
+    """One 8-GPU node busy with r until 100; a and b (8 GPUs, 50 s median) queue behind it,
+    every law with p90 ``high_s`` (None: exact estimates)."""
+    c = cluster("m", nodes("m", 1, gpus=8, free=[0]))
+
+    def law(key: str, median: float, submitted: float):
+        j = job(key, gpus=8, runtime_s=median, submitted_s=submitted)
+        if high_s is None:
+            return j
+        est = Estimate(
+            runtime_s=frozen_map({A100: median}), high_s=frozen_map({A100: high_s * median})
+        )
+        return replace(j, estimate=est)
+
+    r = running(law("r", 100.0, 0.0), "m", A100, ("m-0",), start_s=0, end_s=100)
+    jobs = [law("a", 50.0, 1.0), law("b", 50.0, 2.0)]
+    return (jobs, c, r)
+
+
+def test_range_holds_the_point_and_is_empty_with_exact_estimates():
+    """project_range: same point starts as project; low <= point <= high; with exact
+    estimates low = point = high (nothing uncertain)."""
+    from cpn.core.eta import project_range
+
+    jobs, c, r = _queue(None)
+    snap = snapshot(
+        jobs=jobs, clusters=[c], running_jobs=[r], now_s=10, policy=preset_policy("fifo")
+    )
+    out, plain = project_range(snap), project(snap)
+    for key in ("a", "b"):
+        assert out[key].start_s == plain[key].start_s
+        assert out[key].start_low_s == out[key].start_s == out[key].start_high_s
+
+
+def test_wider_runtime_laws_give_wider_start_ranges():
+    """The runtimes' spread reaches the start: b, behind r and a, gets a range that holds its
+    point and widens with the laws' p90 / median ratio; the point does not move."""
+    from cpn.core.eta import project_range
+
+    widths = []
+    for ratio in (1.5, 4.0, 20.0):
+        jobs, c, r = _queue(ratio)
+        snap = snapshot(
+            jobs=jobs, clusters=[c], running_jobs=[r], now_s=10, policy=preset_policy("fifo")
+        )
+        b = project_range(snap)["b"]
+        assert b.start_s == project(snap)["b"].start_s
+        assert b.start_low_s is not None and b.start_high_s is not None
+        assert b.start_low_s < b.start_s < b.start_high_s
+        widths.append(b.start_high_s - b.start_low_s)
+    assert widths == sorted(widths) and widths[0] < widths[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator, fit_factor
 
 
@@ -228,3 +229,84 @@ def test_tell_records_slips_then_states_and_follows_new_jobs():
     assert "new" in calibrator and "far" not in calibrator
     # new is followed from its raw projected wait (1000 s), which has not slipped yet
     assert calibrator.ratios("q", 600.0) == [pytest.approx(3.0), pytest.approx(1.0)]
+
+
+def _ranged(start: float, low: float | None = None, high: float | None = None) -> Projection:
+    return Projection(
+        start_s=start,
+        end_s=start + 1000.0,
+        cluster="m",
+        gpu_type="g",
+        start_low_s=low,
+        start_high_s=high,
+    )
+
+
+def test_the_runtimes_range_is_stated_from_the_first_job_and_moves_with_the_start():
+    """A projection's own range (project_range) is stated before any experience, also for a
+    job projected to start now; once the calibrator scales waits, the range moves with the
+    stated start and keeps its width; a projection with no range (or none wide) gets the
+    experience range as before; every range holds the stated start."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=5))
+    told = calibrator.state("q", _ranged(2000.0, 1500.0, 9000.0), 1000.0)
+    assert (told.start_low_s, told.start_s, told.start_high_s) == (1500.0, 2000.0, 9000.0)
+    assert calibrator.state("q", _ranged(1000.0, 1000.0, 4000.0), 1000.0).start_high_s == 4000.0
+    assert calibrator.state("q", _ranged(2000.0, 2000.0, 2000.0), 1000.0).start_low_s is None
+    for _ in range(5):  # experience: jobs wait twice as long as projected
+        calibrator.observe("q", 1000.0, 2000.0)
+    told = calibrator.state("q", _ranged(2000.0, 1500.0, 9000.0), 1000.0)
+    assert told.start_s == pytest.approx(3000.0)
+    assert told.start_low_s == pytest.approx(2500.0) and told.start_high_s == pytest.approx(10000.0)
+    plain = calibrator.state("q", _ranged(2000.0), 1000.0)
+    assert plain.start_low_s is not None and plain.start_high_s is not None
+    assert plain.start_low_s <= plain.start_s <= plain.start_high_s
+
+
+def _spread_experience(calibrator: WaitCalibrator, ratios: list[float]) -> None:
+    for ratio in ratios:  # jobs projected to wait 1000 s waited ratio x that
+        calibrator.observe("q", 1000.0, 1000.0 * ratio)
+
+
+def test_a_narrow_law_range_does_not_collapse_the_experience_range():
+    """Labelled jobs have narrow runtime laws, so the projection's own range is tiny, yet
+    past starts were far from projected (overtaking): the stated range keeps at least the
+    experience range (the ratios' p20-p80 around the projected wait), not the law's."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=5))
+    ratios = [0.5, 0.8, 1.0, 1.0, 1.2, 2.0, 3.0, 4.0, 0.6, 1.5]
+    _spread_experience(calibrator, ratios)
+    q20, q80 = calibrator.quantiles("q", (0.2, 0.8), 1000.0) or (0.0, 0.0)
+    assert q80 / q20 > 2.5  # the experience is wide
+    now, wait = 1000.0, 2000.0
+    told = calibrator.state("q", _ranged(now + wait, now + wait - 10, now + wait + 10), now)
+    assert told.start_low_s is not None and told.start_high_s is not None
+    assert told.start_low_s <= now + wait * q20 + 1e-6
+    assert told.start_high_s >= now + wait * q80 - 1e-6
+    assert told.start_high_s - told.start_low_s >= wait * (q80 - q20) - 1e-6
+    # the point is what it would be without any range
+    plain = calibrator.state("q", _ranged(now + wait), now)
+    assert told.start_s == plain.start_s and told.end_s == plain.end_s
+    assert (told.start_low_s, told.start_high_s) == (plain.start_low_s, plain.start_high_s)
+
+
+def test_a_wide_law_range_is_kept_when_experience_is_narrow():
+    """Jobs ahead with uncertain runtimes: the law range, wider than the (tight) experience,
+    is stated whole, moved with the calibrated start."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=5))
+    _spread_experience(calibrator, [1.0, 1.05, 0.95, 1.0, 1.02, 0.98])
+    now = 0.0
+    told = calibrator.state("q", _ranged(1000.0, 200.0, 9000.0), now)
+    shift = told.start_s - 1000.0
+    assert told.start_low_s == pytest.approx(200.0 + shift)
+    assert told.start_high_s == pytest.approx(9000.0 + shift)
+
+
+def test_each_side_takes_the_wider_source():
+    """Law range wide below, experience wide above: the low comes from the law, the high
+    from the experience (the union of the two bands, never their intersection)."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=5, min_factor=1.0, max_factor=1.0))
+    _spread_experience(calibrator, [0.9, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 1.0, 0.95, 2.5])
+    q20, q80 = calibrator.quantiles("q", (0.2, 0.8), 0.0) or (0.0, 0.0)
+    told = calibrator.state("q", _ranged(1000.0, 100.0, 1100.0), 0.0)
+    assert told.start_s == 1000.0  # factor pinned at 1
+    assert told.start_low_s == pytest.approx(100.0) and 1000.0 * q20 > 100.0
+    assert told.start_high_s == pytest.approx(1000.0 * q80) and 1000.0 * q80 > 1100.0

@@ -103,3 +103,48 @@ def test_the_stated_range_spans_the_p20_to_p80_of_followed_ratios():
     )
     calibrator.observe("q", 600.0, 600.0 * 10)
     assert calibrator.state("q", found, 1000.0).start_high_s != told.start_high_s
+
+
+@pytest.mark.parametrize("age", [0.0, 30.0, 100.0, 399.0, 401.0, 5_000.0, 1_000_000.0])
+def test_the_conditional_quantile_at_one_half_is_the_conditional_median(age):
+    """The range's quantile function and the median the cycle and the ETA read agree at q=0.5
+    (so the point ETA stays the scheduling's), inside the law and past its p90 alike."""
+    from cpn.core.runtime_law import conditional_quantile_s
+
+    sigma = sigma_of(100.0, 400.0)
+    assert conditional_quantile_s(100.0, sigma, age, 0.5) == pytest.approx(
+        conditional_median_s(100.0, sigma, age)
+    )
+
+
+@pytest.mark.parametrize("age", [0.0, 50.0, 300.0, 2_000.0])
+def test_conditional_quantiles_rise_with_q_and_never_fall_below_the_age(age):
+    """q -> quantile is non-decreasing and at least the age; a wider law spreads further."""
+    from cpn.core.runtime_law import conditional_quantile_s
+
+    narrow, wide = sigma_of(100.0, 150.0), sigma_of(100.0, 1_000.0)
+    for sigma in (narrow, wide):
+        values = [conditional_quantile_s(100.0, sigma, age, q) for q in (0.05, 0.2, 0.5, 0.8, 0.95)]
+        assert values == sorted(values) and values[0] >= age
+    spread = [
+        conditional_quantile_s(100.0, s, age, 0.8) / conditional_quantile_s(100.0, s, age, 0.2)
+        for s in (narrow, wide)
+    ]
+    assert spread[1] > spread[0]
+    assert conditional_quantile_s(100.0, 0.0, age, 0.9) == max(100.0, age)  # no spread: exact
+
+
+def test_a_running_job_ends_within_its_quantiles():
+    """quantile_end_s brackets expected_end_s: q=0.2 no later, q=0.8 no earlier; an exact
+    estimate ends at its predicted end whatever q."""
+    from cpn.core.runtime_law import quantile_end_s
+
+    law = Estimate(runtime_s=frozen_map({A100: 100.0}), high_s=frozen_map({A100: 400.0}))
+    r = running(replace(job("w"), estimate=law), "m", A100, ("m-0",), start_s=0, end_s=100)
+    for now in (10.0, 150.0, 5_000.0):
+        mid = expected_end_s(r, now, at_least_s=0.0)
+        assert quantile_end_s(r, now, 0.2, at_least_s=0.0) <= mid + 1e-6
+        assert quantile_end_s(r, now, 0.8, at_least_s=0.0) >= mid - 1e-6
+        assert quantile_end_s(r, now, 0.5, at_least_s=0.0) == pytest.approx(mid)
+    exact = running(job("e", runtime_s={A100: 100.0}), "m", A100, ("m-0",), start_s=0, end_s=100)
+    assert quantile_end_s(exact, 50.0, 0.9, at_least_s=0.0) == 100.0

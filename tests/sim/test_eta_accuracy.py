@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 from etakit import run_with_eta
-from simkit import DATA, tjob
+from simkit import DATA, clusters, tjob
 
 from cpn.core.eta import Projection, project
+from cpn.core.eta_calibration import CalibrationConfig
 from cpn.core.model import Snapshot
+from cpn.core.presets import preset_policy
 from cpn.sim import eta_accuracy
 from cpn.sim.cli import main
+from cpn.sim.estimators import NoisyEstimator
+from cpn.sim.jobs import truth_for
 from cpn.sim.records import JobRecord, SimResult
-from cpn.sim.world import PlanFn
+from cpn.sim.world import PlanFn, World
 
 # One 4-GPU V100 node: jobs of 1-4 GPUs queue behind one another; durations vary.
 TRACE = [
@@ -274,3 +280,55 @@ def test_expected_arrivals_are_the_last_window_of_submissions_recurring():
     before = {r.job_id: r.eta_start_s for r in plain.records if r.eta_start_s is not None}
     assert later.keys() == before.keys()
     assert any(later[k] > before[k] for k in later)
+
+
+class _OverconfidentEstimator(NoisyEstimator):
+    """Estimates off by exp(N(0, 0.8)) that claim a law 5% wide (labelled jobs whose
+    predictions are sure of themselves and wrong)."""
+
+    def estimate(self, job, gpu_types):  # type: ignore[no-untyped-def]
+        found = super().estimate(job, gpu_types)
+        narrow = {g: v * 1.05 for g, v in found.runtime_s.items()}
+        return replace(found, high_s=MappingProxyType(narrow))
+
+
+def test_narrow_laws_keep_the_experience_range_and_the_point():
+    """The stated range of every job holds the range experience alone would state (the same
+    run with projections carrying no runtimes' range), so narrow laws cannot shrink it; point
+    ETAs, starts and the schedule are those of that run."""
+    trace = [
+        tjob(f"j{i}", 200 * i, gpus=1 + i % 4, duration_s=600 + 700 * (i % 5)) for i in range(30)
+    ]
+    cl = clusters({"a": [(1, "V100", 4)]})
+    truth = truth_for(trace, cl.reference_gpu)
+
+    def world(project=None):  # type: ignore[no-untyped-def]
+        kw = {} if project is None else {"project": project}
+        estimator = _OverconfidentEstimator(truth, sigma=0.8, seed=5)
+        return World(
+            trace,
+            cl,
+            preset_policy("default"),
+            estimator,
+            truth=truth,
+            eta=True,
+            eta_calibration=CalibrationConfig(min_samples=3),
+            **kw,
+        ).run()
+
+    def point_only(snapshot, max_cycles, plan, until):  # type: ignore[no-untyped-def]
+        return project(snapshot, max_cycles=max_cycles, plan=plan, until=until)
+
+    ranged, plain = world(), world(point_only)
+    by_key = {r.job_id: r for r in plain.records}
+    experienced = 0
+    for record in ranged.records:
+        other = by_key[record.job_id]
+        assert (record.first_start_s, record.finish_s) == (other.first_start_s, other.finish_s)
+        assert record.eta_cal_start_s == other.eta_cal_start_s
+        if other.eta_low_s is None:
+            continue
+        experienced += 1
+        assert record.eta_low_s is not None and record.eta_high_s is not None
+        assert record.eta_low_s <= other.eta_low_s and record.eta_high_s >= other.eta_high_s
+    assert experienced >= 5

@@ -34,13 +34,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape, worker_gpus
 from cpn.core.model import CyclePlan, Job, Node, Running, Snapshot, WaitReason
-from cpn.core.runtime_law import expected_end_s
+from cpn.core.runtime_law import (
+    expected_end_s,
+    mean_level,
+    quantile_end_s,
+    quantile_s,
+    sigma_of,
+)
 
 #: How far projections go: this many future cycles at most.
 MAX_CYCLES = 400
@@ -426,6 +433,17 @@ class _Focus:
         return True
 
 
+def _sigma(job: Job, gpu_type: str) -> float:
+    """The log-space spread of ``job``'s runtime law on ``gpu_type`` (0: exact)."""
+    return sigma_of(job.estimate.on(gpu_type) or 0.0, job.estimate.high_s.get(gpu_type))
+
+
+def _level(job: Job, gpu_type: str, q: float) -> float:
+    """The runtime quantile a range projection runs ``job`` at: ``q``; above one half, at
+    least the level of the law's mean (see :func:`project_range`)."""
+    return max(q, mean_level(_sigma(job, gpu_type))) if q > 0.5 else q
+
+
 def _mean_wait(jobs: Sequence[Job], rows: npt.NDArray[np.int64], now_s: float) -> float:
     """The mean wait Reservations._draining reads, over ``jobs[rows]`` summed in that order."""
     total: float = sum(max(0.0, now_s - jobs[i].submit_s) for i in rows)
@@ -440,6 +458,7 @@ def project(
     until: Collection[str] | None = None,
     focus: bool = True,
     arrivals: Sequence[Job] = (),
+    runtime_q: float | None = None,
 ) -> dict[str, Projection]:
     """Start and end of each pending job if predictions hold; jobs not reached are absent.
 
@@ -452,7 +471,10 @@ def project(
     ``arrivals`` are jobs expected to be submitted later: each joins the queue at
     its ``submit_s`` (they may overtake the pending jobs, and get projections too);
     with arrivals the projection stops once the snapshot's pending jobs (or the
-    ``until`` ones) have their starts.
+    ``until`` ones) have their starts. With ``runtime_q`` every job runs for the ``q``
+    quantile of its runtime law instead of its median (running jobs: given their age,
+    :func:`~cpn.core.runtime_law.quantile_end_s`); the queue's order and placement read
+    the same estimates as without it (see :func:`project_range`).
     """
     from cpn.core.cycle import plan_cycle
     from cpn.core.queue import STRICT_ORDERINGS
@@ -464,7 +486,13 @@ def project(
     now = snapshot.now_s
     pending: dict[str, Job] = {j.key: j for j in snapshot.pending if not j.suspended}
     # Running jobs end at their median end given they still run (a moment from now at least).
-    running = [replace(r, predicted_end_s=expected_end_s(r, now)) for r in snapshot.running]
+    if runtime_q is None:
+        running = [replace(r, predicted_end_s=expected_end_s(r, now)) for r in snapshot.running]
+    else:
+        running = [
+            replace(r, predicted_end_s=quantile_end_s(r, now, _level(r.job, r.gpu_type, runtime_q)))
+            for r in snapshot.running
+        ]
     delta: Delta = {}
     state = replace(snapshot, policy=policy, pending=tuple(pending.values()))
     future = sorted(
@@ -474,6 +502,7 @@ def project(
     focused = None
     if (
         focus
+        and runtime_q is None  # the focus's proofs compare median runtimes
         and run is plan_cycle
         and policy.placement.method == "greedy"
         and policy.ordering not in STRICT_ORDERINGS
@@ -505,7 +534,11 @@ def project(
             job = pending.pop(start.job_key)
             if focused is not None:
                 focused.started(job.key)
-            end = now + start.transfer_s + start.predicted_runtime_s
+            runtime = start.predicted_runtime_s
+            if runtime_q is not None:
+                sigma = _sigma(job, start.gpu_type)
+                runtime *= quantile_s(1.0, sigma, _level(job, start.gpu_type, runtime_q))
+            end = now + start.transfer_s + runtime
             out[job.key] = Projection(
                 start_s=now, end_s=end, cluster=start.cluster, gpu_type=start.gpu_type
             )
@@ -535,4 +568,43 @@ def project(
             else:
                 still.append(item)
         running = still
+    return out
+
+
+#: The runtime quantiles :func:`project_range` projects the start's range with.
+RANGE_QS = (0.2, 0.8)
+
+
+def project_range(
+    snapshot: Snapshot, *, qs: tuple[float, float] = RANGE_QS, **kwargs: Any
+) -> dict[str, Projection]:
+    """:func:`project`, each start given a range from the runtimes' uncertainty.
+
+    Two more projections run every job (running and projected to start) for the ``qs``
+    quantiles of its runtime law instead of its median (the high one at least at the level
+    of the law's mean: a start waits for the sum of the runtimes ahead, and a sum of many
+    right-skewed runtimes tends to the sum of their means, far above their medians when the
+    law is wide), in the same order: the starts they give bound the start (``start_low_s``
+    the earlier of the low one and the point, ``start_high_s`` the later of the high one
+    and the point). A job either misses has no range. It propagates the runtime
+    distributions to the start: a queue of jobs whose laws are wide (a history with runtimes
+    from minutes to days) states a wide range, a queue of well-known jobs a narrow one.
+    Costs three projections.
+    """
+    point = project(snapshot, **kwargs)
+    if not point:
+        return point
+    low = project(snapshot, runtime_q=qs[0], **kwargs)
+    high = project(snapshot, runtime_q=qs[1], **kwargs)
+    out = {}
+    for key, found in point.items():
+        a, b = low.get(key), high.get(key)
+        if a is None or b is None:
+            out[key] = found
+            continue
+        out[key] = replace(
+            found,
+            start_low_s=min(a.start_s, b.start_s, found.start_s),
+            start_high_s=max(a.start_s, b.start_s, found.start_s),
+        )
     return out

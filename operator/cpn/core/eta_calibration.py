@@ -32,6 +32,10 @@ first projected at this very instant left out: they have slipped by nothing yet)
 - Waits under ``floor_s`` count as ``floor_s`` (the ratio of a wait projected at
   zero says nothing), and the factor is clamped to [``min_factor``, ``max_factor``].
 
+:meth:`~WaitCalibrator.state` also states the start's p20-p80 range: on each side
+the wider of the runtimes' range (the projection's, from the runtime laws) and the
+experience range (the projected wait scaled by the ratios' 20th and 80th percentiles).
+
 :meth:`~WaitCalibrator.observe` records a started job directly (projected and
 actual wait, no key). Pure and deterministic: time comes from the caller
 (``now_s``); no clock, no I/O. Not thread-safe (the operator calls it from its
@@ -279,25 +283,50 @@ class WaitCalibrator:
 
     def state(self, queue: str, found: Projection, now_s: float) -> Projection:
         """The ETA to tell for a projection made at ``now_s``: its start (and end) moved by
-        the calibrated wait, and the start's range: the projected wait scaled by the 20th
-        and 80th percentiles of the ratios the calibrator follows, so that about 60% of
-        actual starts fall in it (None until ``min_samples`` jobs were followed). The
-        simulator and the operator both state ETAs through this method."""
+        the calibrated wait, and the start's range. The simulator and the operator both
+        state ETAs through this method.
+
+        The range covers both sources of error, each side the wider of two ranges:
+
+        - the runtimes' range: the projection's own (:func:`cpn.core.eta.project_range`,
+          every runtime at its law's p20, then its p80), moved with the stated start; it is
+          there from the first job on, and is wide when the jobs ahead have uncertain
+          runtimes;
+        - the experience range: the projected wait scaled by the 20th and 80th percentiles
+          of the ratios actual / projected wait the calibrator follows (None until
+          ``min_samples`` jobs were followed); it holds what no runtime law sees (later
+          arrivals overtaking, laws narrower than the truth).
+
+        Each is an estimate of the same p20-p80 band from different evidence (the ratios
+        already include past runtime misses), so the bounds are not added: the earlier low
+        and the later high are taken, and neither source can make the range collapse below
+        the other. Past ratios alone miss a queue of new jobs (philly-nov-a, no labels); the
+        runtimes' range alone misses overtaking when laws are narrow (Gavel's labelled
+        11cb48): README, "ETA accuracy". The range always holds the stated start; a bound
+        of neither source leaves the range out.
+        """
         wait = found.start_s - now_s
         shift = self.calibrate(queue, wait, now_s) - wait
-        low = high = None
+        stated = found.start_s + shift
+        lows: list[float] = []
+        highs: list[float] = []
+        low, high = found.start_low_s, found.start_high_s
+        if low is not None and high is not None and high > low:
+            # The runtimes' range, moved with the stated start (kept that wide).
+            lows.append(low + shift)
+            highs.append(high + shift)
         if wait > 0:
             found_q = self.quantiles(queue, (RANGE_LOW_Q, RANGE_HIGH_Q), now_s)
             if found_q is not None:
-                floor = self.config.floor_s
-                low = now_s + min(wait * found_q[0], wait + shift)
-                high = now_s + max(max(wait, floor) * found_q[1], wait + shift)
+                lows.append(now_s + wait * found_q[0])
+                highs.append(now_s + max(wait, self.config.floor_s) * found_q[1])
+        ranged = bool(lows)
         return replace(
             found,
-            start_s=found.start_s + shift,
+            start_s=stated,
             end_s=found.end_s + shift,
-            start_low_s=low,
-            start_high_s=high,
+            start_low_s=min(*lows, stated) if ranged else None,
+            start_high_s=max(*highs, stated) if ranged else None,
         )
 
     def tell(

@@ -70,3 +70,49 @@ def expected_end_s(item: Running, now_s: float, *, at_least_s: float = 1.0) -> f
     if not sigma or planned <= 0 or elapsed <= 0:
         return max(item.predicted_end_s, fallback)
     return max(item.start_s + conditional_median_s(planned, sigma, elapsed), fallback)
+
+
+def conditional_quantile_s(median_s: float, sigma: float, age_s: float, q: float) -> float:
+    """The ``q`` quantile of the total runtime of a job of this law that has already run
+    ``age_s`` (at least ``age_s``). With no spread: the median, or ``age_s`` once past it.
+
+    The law's quantile given survival; past the law's 90th percentile the heavy-tail rule of
+    :func:`conditional_median_s` moves the whole range with it (its median is then
+    2 x age - p90, so the quantile is that scaled by the law's quantile q / median ratio,
+    never below the age).
+    """
+    if median_s <= 0:
+        return max(median_s, age_s)
+    if sigma <= 0:
+        return max(median_s, age_s)
+    if age_s <= 0:
+        return quantile_s(median_s, sigma, q)
+    below = _NORMAL.cdf(math.log(age_s / median_s) / sigma)
+    level = min(below + (1.0 - below) * q, 1.0 - 1e-12)
+    total = max(age_s, median_s * math.exp(sigma * _NORMAL.inv_cdf(level)))
+    p90 = median_s * math.exp(Z90 * sigma)
+    if age_s > p90:
+        tail = 2.0 * age_s - p90  # the median beyond the p90 (conditional_median_s)
+        remaining = (tail - age_s) * quantile_s(1.0, sigma, q)
+        total = max(total, age_s + remaining)
+    return total
+
+
+def quantile_end_s(item: Running, now_s: float, q: float, *, at_least_s: float = 1.0) -> float:
+    """When a job running at ``now_s`` ends with probability ``q``: :func:`expected_end_s`
+    with the ``q`` quantile of its law given its age in place of the median."""
+    fallback = now_s + at_least_s
+    median = item.job.estimate.on(item.gpu_type)
+    sigma = sigma_of(median or 0.0, item.job.estimate.high_s.get(item.gpu_type))
+    planned = item.predicted_end_s - item.start_s
+    elapsed = now_s - item.start_s
+    if not sigma or planned <= 0:
+        return max(item.predicted_end_s, fallback)
+    total = conditional_quantile_s(planned, sigma, max(elapsed, 0.0), q)
+    return max(item.start_s + total, fallback)
+
+
+def mean_level(sigma: float) -> float:
+    """The level of the law's mean among its quantiles: Phi(sigma / 2) (one half with no
+    spread; about 0.92 for a law whose p90 is 40x its median)."""
+    return _NORMAL.cdf(sigma / 2.0) if sigma > 0 else 0.5

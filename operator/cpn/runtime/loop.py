@@ -12,7 +12,7 @@ import time
 
 from cpn.api import constants as k
 from cpn.core.cycle import plan_cycle
-from cpn.core.eta import project
+from cpn.core.eta import project_range
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
@@ -185,7 +185,7 @@ class Loop:
         if not snapshot.pending:
             return
         started = self.state.clock.monotonic()
-        projection = await asyncio.to_thread(project, snapshot)
+        projection = await asyncio.to_thread(project_range, snapshot)
         self._eta_wall_s = self.state.clock.monotonic() - started
         records = self.state.store.pending()
         jobs = {r.key: r.job for r in records if r.job is not None}

@@ -82,9 +82,9 @@ def _default_project(
     until: Collection[str],
     arrivals: Sequence[Job] = (),
 ) -> dict[str, Projection]:
-    from cpn.core.eta import project
+    from cpn.core.eta import project_range
 
-    return project(snapshot, max_cycles=max_cycles, plan=plan, until=until, arrivals=arrivals)
+    return project_range(snapshot, max_cycles=max_cycles, plan=plan, until=until, arrivals=arrivals)
 
 
 def _default_transfer() -> TransferFn:
