@@ -135,6 +135,31 @@ def test_a_key_added_while_written_comes_back_only_after_done() -> None:
     asyncio.run(main())
 
 
+def test_a_key_added_first_goes_ahead_once_even_when_queued_or_being_written() -> None:
+    """``first`` moves a queued key to the front (not twice), and a key being written comes
+    back at the front after done; a plain add afterwards keeps it there."""
+    queue = WriteQueue()
+
+    async def main() -> list[str]:
+        for key in ["a", "b", "c", "w"]:
+            queue.add(key)
+        assert await queue.get() == ("status", "a")  # "a" is being written
+        queue.add("c", first=True)
+        queue.add("c")
+        queue.add("a", first=True)
+        assert await queue.get() == ("status", "c")
+        queue.done("a")  # its first-marked re-add goes ahead of b and w
+        queue.done("c")
+        out = []
+        while len(queue):
+            _, key = await queue.get()
+            out.append(key)
+            queue.done(key)
+        return out
+
+    assert asyncio.run(main()) == ["a", "b", "w"]
+
+
 def test_a_waiting_worker_wakes_when_work_arrives() -> None:
     """get() blocks on an empty queue until something is added."""
     queue = WriteQueue()

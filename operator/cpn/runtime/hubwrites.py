@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 VOLATILE_WRITE_S = 30.0
 #: ...and less often with a long queue: about this many such writes per second in all.
 VOLATILE_WRITES_PER_S = 20.0
+#: A refresh timer that fires this much early (timer and wall clock drift) still counts.
+REFRESH_EARLY_S = 0.5
 
 
 class HubWrites:
@@ -36,13 +38,41 @@ class HubWrites:
         self._task: asyncio.Task[None] | None = None  # the write_all in the background
         self._write_again = False
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # per AIJob key: its refresh
 
     def render_status(self, record: Record) -> dict[str, Any]:
-        """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`)."""
-        status, record.refresh_by_s = render_status(
-            record, self.state.clock.wall(), self._member_namespace(record.cluster)
-        )
+        """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`).
+        When it shows a start instant, a timer queues the AIJob's next write, ahead of the
+        others, a whole imminent window before that instant (that write shows "imminent"):
+        not a cycle, which may come late on a loaded operator."""
+        now = self.state.clock.wall()
+        status, refresh_by = render_status(record, now, self._member_namespace(record.cluster))
+        self._refresh_by(record, refresh_by)
         return status
+
+    def _refresh_by(self, record: Record, at_s: float | None, *, after_s: float = 0.0) -> None:
+        """Write ``record`` again by wall time ``at_s`` (at the soonest ``after_s`` from now)."""
+        record.refresh_by_s = at_s
+        timer = self._timers.pop(record.key, None)
+        if timer is not None:
+            timer.cancel()
+        if at_s is not None:
+            delay = max(at_s - self.state.clock.wall(), after_s)
+            self._timers[record.key] = asyncio.get_running_loop().call_later(
+                delay, self.refresh_due, record.key
+            )
+
+    def refresh_due(self, key: str) -> None:
+        """Queue ``key``'s write first if a start instant its status shows is near (timers
+        of deleted AIJobs find nothing to do)."""
+        self._timers.pop(key, None)
+        record = self.state.store.records.get(key)
+        if record is None or record.refresh_by_s is None:
+            return
+        if self.state.clock.wall() >= record.refresh_by_s - REFRESH_EARLY_S:
+            self.state.writes.add(key, first=True)
+        else:  # the timer fired early (loop and wall clocks drift): wait on
+            self._refresh_by(record, record.refresh_by_s)
 
     def _member_namespace(self, cluster: str) -> str:
         member = self.state.members.get(cluster)
@@ -73,6 +103,7 @@ class HubWrites:
         """Merge-patch the AIJob's status with what changed since the last write."""
         if record.deleting or record.key not in self.state.store.records:
             return
+        shown_until = record.refresh_by_s  # the hub's instants, until this write lands
         if record.key in self.state.inflight:
             # Its create first (it queues the write when it lands); but the hub must not
             # show it at a place in the queue the others have been renumbered around.
@@ -96,13 +127,17 @@ class HubWrites:
                 record.name,
                 patch,
             )
-        except CallFailed as err:
-            record.written, record.written_sig = {}, None
-            if err.status != 404:
-                log.warning("status of %s not written: %s", record.key, err)
         except Exception as err:  # noqa: BLE001 - hub unreachable: logged, rewritten next cycle
             record.written, record.written_sig = {}, None
-            log.warning("status of %s not written: %s", record.key, err)
+            # The hub still shows what it showed: refresh by the earlier of the two (retried
+            # a second on at the soonest while the hub fails).
+            self._refresh_by(
+                record,
+                min((t for t in (shown_until, record.refresh_by_s) if t is not None), default=None),
+                after_s=1.0,
+            )
+            if not (isinstance(err, CallFailed) and err.status == 404):
+                log.warning("status of %s not written: %s", record.key, err)
 
     def _starting(self, record: Record) -> dict[str, Any] | None:
         """The status of a started job whose member Job is being created, if the hub still
@@ -155,17 +190,14 @@ class HubWrites:
         """Write every AIJob whose status changed in substance; changes only to position,
         score, ETA or the wait message are written at most every :meth:`volatile_period_s`
         per AIJob (with thousands waiting they change for all of them every cycle)."""
-        now, wall = self.state.clock.monotonic(), self.state.clock.wall()
+        now = self.state.clock.monotonic()
         period = self.volatile_period_s()
         due = [
             r
             for r in list(self.state.store.records.values())
-            if r.written_sig != _signature(r)
-            or now - r.written_at >= period
-            or (r.refresh_by_s is not None and wall >= r.refresh_by_s)
+            if r.written_sig != _signature(r) or now - r.written_at >= period
         ]
         for record in due:
-            record.refresh_by_s = None  # its write renders it again
             self.state.write_soon(record)
         for name in list(self.state.members):
             await self.write_member_status(name)

@@ -112,9 +112,8 @@ class Loop:
                 await asyncio.sleep(1.0)
 
     def next_wake_s(self) -> float:
-        """Seconds until the safety-net tick, until a backing-off job may retry, until a
-        start instant a status shows must be rendered again (:func:`start_fields`), or until
-        a not-ready member's jobs are due to be requeued."""
+        """Seconds until the safety-net tick, until a backing-off job may retry, or until a
+        not-ready member's jobs are due to be requeued."""
         wait = self.state.config.interval_s
         member_timeout_s, _ = self.state.member_timeout()
         placed = {record.cluster for record in self.state.store.active()}
@@ -126,8 +125,6 @@ class Loop:
         for record in self.state.store.pending():
             if record.not_before_s > now:
                 wait = min(wait, record.not_before_s - now + 0.05)
-            if record.refresh_by_s is not None:
-                wait = min(wait, record.refresh_by_s - now)
         timeout_s = self.state.store.policy.retry.start_timeout_s
         for record in self.state.store.active():  # an attempt's start deadline still ahead
             deadline = record.dispatch_s + timeout_s

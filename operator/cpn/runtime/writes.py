@@ -72,12 +72,14 @@ class Pace:
 
 
 class WriteQueue:
-    """AIJob keys whose status is due (each once, in order) and Events to post."""
+    """AIJob keys whose status is due (each once, in order, those added ``first`` ahead)
+    and Events to post."""
 
     def __init__(self, max_events: int = 1000) -> None:
         self._keys: deque[str] = deque()
         self._dirty: set[str] = set()  # added and not yet handed out
         self._processing: set[str] = set()  # handed out, not yet done
+        self._first: set[str] = set()  # due before the others (a start instant shown nears)
         self._events: deque[Any] = deque()
         self._max_events = max_events
         self._ready: asyncio.Event | None = None
@@ -86,13 +88,25 @@ class WriteQueue:
     def __len__(self) -> int:
         return len(self._keys) + len(self._events)
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, *, first: bool = False) -> None:
+        """Queue ``key`` (once); ``first`` puts it before every key not so marked."""
+        if first and key not in self._first:
+            self._first.add(key)
+            if key in self._dirty and key not in self._processing:
+                self._keys.remove(key)
+                self._dirty.discard(key)
         if key in self._dirty:
             return
         self._dirty.add(key)
         if key not in self._processing:
+            self._enqueue(key)
+
+    def _enqueue(self, key: str) -> None:
+        if key in self._first:
+            self._keys.appendleft(key)
+        else:
             self._keys.append(key)
-            self._wake()
+        self._wake()
 
     def statuses(self) -> int:
         """AIJob statuses queued or being written."""
@@ -116,6 +130,7 @@ class WriteQueue:
         if self._keys:
             key = self._keys.popleft()
             self._dirty.discard(key)
+            self._first.discard(key)
             self._processing.add(key)
             return "status", key
         return "event", self._events.popleft()
@@ -123,8 +138,7 @@ class WriteQueue:
     def done(self, key: str) -> None:
         self._processing.discard(key)
         if key in self._dirty:  # changed while it was written: its turn comes again
-            self._keys.append(key)
-            self._wake()
+            self._enqueue(key)
 
     def _wake(self) -> None:
         if self._ready is not None:
