@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import pytest
 
-from cpn.core import cycle, eta
+from cpn.core import cycle, eta, eta_focus
 from cpn.core.eta import project
 from cpn.core.model import Cluster, Job, Node, Running, Snapshot
 from cpn.core.policy import (
@@ -150,17 +150,17 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
 
 
 @pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> list[eta._Focus]:
+def made(monkeypatch: pytest.MonkeyPatch) -> list[eta_focus.Focus]:
     """Every focus the projections make, focusing allowed however short the queue."""
-    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
-    focuses: list[eta._Focus] = []
+    monkeypatch.setattr(eta_focus, "MIN_FOCUS", 0)
+    focuses: list[eta_focus.Focus] = []
 
-    class Recording(eta._Focus):
+    class Recording(eta_focus.Focus):
         def __init__(self, *args):
             super().__init__(*args)
             focuses.append(self)
 
-    monkeypatch.setattr(eta, "_Focus", Recording)
+    monkeypatch.setattr(eta, "Focus", Recording)
     return focuses
 
 
@@ -169,7 +169,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[eta._Focus]:
 def test_focused_projection_equals_the_plain_replay(name, head, monkeypatch, made):
     """On random snapshots, every projected start and end is the same with and without focus,
     and some projected cycles did run over a part of the queue only."""
-    monkeypatch.setattr(eta, "_HEAD", head)
+    monkeypatch.setattr(eta_focus, "HEAD", head)
     for seed in range(5):
         snap = random_snapshot(seed * 31 + len(name), POLICIES[name], pending=24 + 6 * seed)
         expected = project(snap, focus=False, max_cycles=200)
@@ -227,8 +227,8 @@ def test_expected_arrivals_join_at_their_instant_and_may_overtake():
 @pytest.mark.parametrize("seed", range(4))
 def test_focus_with_arrivals_equals_the_plain_replay(seed, monkeypatch):
     """Random snapshots and random expected arrivals: focused and plain projections agree."""
-    monkeypatch.setattr(eta, "_HEAD", 3)
-    monkeypatch.setattr(eta, "_MIN_FOCUS", 0)
+    monkeypatch.setattr(eta_focus, "HEAD", 3)
+    monkeypatch.setattr(eta_focus, "MIN_FOCUS", 0)
     snap = random_snapshot(100 + seed, POLICIES[sorted(POLICIES)[seed]], pending=30)
     more = random_snapshot(200 + seed, snap.policy, pending=20).pending
     arrivals = [
