@@ -105,9 +105,11 @@ def test_every_json_flag_is_covered() -> None:
                 *("bench/bench_cycle.py", "--pending", "30", "--repeats", "1"),
                 *("--clusters", "2", "--nodes", "6", "--types", "4", "--methods", "greedy"),
             ],
-            lambda doc: (doc["nodes"], doc["gpu_types"]) == (12, 4)
-            and doc["greedy_30"]["starts_last"] > 0
-            and "milp_30" not in doc,
+            lambda doc: (
+                (doc["nodes"], doc["gpu_types"]) == (12, 4)
+                and doc["greedy_30"]["starts_last"] > 0
+                and "milp_30" not in doc
+            ),
             id="bench_cycle-scale",
         ),
     ],
