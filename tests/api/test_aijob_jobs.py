@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cpn.api import constants as k
 from cpn.api.aijob import parse_aijob
@@ -236,8 +238,42 @@ def test_condition_keeps_its_transition_time_while_unchanged():
 
 
 def test_merge_patch_sends_only_changes_and_removals():
-    """Unchanged keys are left out; keys gone are set to None."""
+    """Unchanged keys are left out; keys gone are set to None, inside objects too."""
     assert merge_patch({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5}) == {"b": 5, "c": None}
+    before = {"range": {"earliest": "10:00", "latest": "11:00"}, "eta": "10:30"}
+    after = {"range": {"latest": "11:05"}, "eta": "imminent"}
+    assert merge_patch(before, after) == {
+        "range": {"earliest": None, "latest": "11:05"},
+        "eta": "imminent",
+    }
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386's algorithm, as an API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
+
+
+_leaf = st.one_of(st.integers(-3, 3), st.sampled_from(["x", "y"]), st.lists(st.integers(0, 2)))
+_doc = st.recursive(
+    _leaf, lambda inner: st.dictionaries(st.sampled_from("abcd"), inner, max_size=4), max_leaves=12
+)
+
+
+@given(
+    old=st.dictionaries(st.sampled_from("abcd"), _doc),
+    new=st.dictionaries(st.sampled_from("abcd"), _doc),
+)
+def test_merge_patch_applied_by_the_server_gives_the_new_status(old, new):
+    """Whatever the nesting, the server applying the patch to ``old`` holds ``new``."""
+    assert apply_merge_patch(old, merge_patch(old, new)) == new
 
 
 @pytest.mark.parametrize(

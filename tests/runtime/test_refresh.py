@@ -80,7 +80,8 @@ def test_a_shown_instant_queues_its_own_write_first_a_window_before_it_with_no_c
 
 def test_a_failed_write_keeps_the_refresh_of_what_the_hub_still_shows() -> None:
     """The hub shows an instant due for refresh at t; a later render's write (whose own
-    instant is due later) fails: the record is still to be written again by t."""
+    instant is due later) fails: the record is still to be written again by t, and the
+    next write, diffed against what the hub still shows, removes that instant."""
     writes, state, hub = hub_writes()
     record = waiting(state, "a", 600.0)
 
@@ -91,6 +92,12 @@ def test_a_failed_write_keeps_the_refresh_of_what_the_hub_still_shows() -> None:
         hub.fail_with = CallFailed("etcd unavailable", status=500)
         await writes.write_status(record)
         assert record.refresh_by_s == shown_by == WALL + 600.0 - IMMINENT_S
+        # The hub is back and the start is near: the write takes the shown instant away.
+        hub.fail_with = None
+        record.eta_start_s = WALL + 10.0
+        await writes.write_status(record)
+        assert hub.patches[-1][2]["estimatedStart"] is None
+        assert hub.patches[-1][2]["eta"] == IMMINENT
 
     try:
         asyncio.run(main())

@@ -72,10 +72,18 @@ def condition(
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch that turns ``old`` into ``new`` (None deletes a key)."""
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: None deletes a key.
+    A server merges an object in the patch into the object it has, so an object present
+    on both sides is patched key by key, its keys gone set to None too (else a range's
+    ``earliest`` left out of the new status would stay on the hub, passing its time)."""
     patch: dict[str, Any] = {}
     for key, value in new.items():
-        if old.get(key) != value:
+        was = old.get(key)
+        if was == value:
+            continue
+        if isinstance(was, Mapping) and isinstance(value, Mapping):
+            patch[key] = merge_patch(was, value)
+        else:
             patch[key] = value
     for key in old:
         if key not in new:

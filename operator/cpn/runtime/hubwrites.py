@@ -114,10 +114,11 @@ class HubWrites:
             status = self.render_status(record)
             record.written_sig = _signature(record)
             record.written_at = self.state.clock.monotonic()
-        patch = merge_patch(unpack(record.written), status)
+        before = record.written
+        patch = merge_patch(unpack(before), status)
         if not patch:
             return
-        record.written = Packed(status)
+        sent = record.written = Packed(status)
         self.state.observer.metrics.status_writes.inc()
         try:
             await asyncio.get_running_loop().run_in_executor(
@@ -128,7 +129,12 @@ class HubWrites:
                 patch,
             )
         except Exception as err:  # noqa: BLE001 - hub unreachable: logged, rewritten next cycle
-            record.written, record.written_sig = {}, None
+            # The hub still shows what it showed (a patch it applied all the same comes back
+            # as a watch event): diff the next write against that, not against nothing,
+            # which would leave on the hub the keys this status has dropped.
+            if record.written is sent:
+                record.written = before
+            record.written_sig = None
             # The hub still shows what it showed: refresh by the earlier of the two (retried
             # a second on at the soonest while the hub fails).
             self._refresh_by(
