@@ -48,67 +48,6 @@ def test_a_stamped_job_is_not_stamped_again():
     assert due_times(snap) == {}
 
 
-def test_a_waiting_job_is_due_earlier_once_the_work_ahead_is_estimated_smaller():
-    """Stamped while the job ahead was predicted at 100 h, the job behind is due again from
-    the backlog as estimated now (1 h ahead of it over the fleet's 4 GPUs)."""
-    c = cluster("m", nodes("m", 1, gpus=4))
-    ahead = job("ahead", gpus=4, submitted_s=0, runtime_s=3600.0, fifo_due_s=0.0)
-    behind = job("behind", gpus=2, submitted_s=10, runtime_s=60.0, fifo_due_s=10 + 360_000.0)
-    due = due_times(snapshot(jobs=[behind, ahead], clusters=[c], now_s=100))
-    assert due == {"behind": pytest.approx(100 + 4 * 3600 / 4)}
-
-
-def test_only_work_submitted_before_a_job_and_running_work_count_again():
-    """Estimated again, a job's backlog is the running work left and the jobs pending that
-    were submitted before it; a job submitted after it, however long, does not count."""
-    c = cluster("m", nodes("m", 1, gpus=4))
-    jobs = [
-        job("first", gpus=2, submitted_s=0, runtime_s=400.0, fifo_due_s=9e9),
-        job("second", gpus=2, submitted_s=5, runtime_s=100.0, fifo_due_s=9e9),
-        job("third", gpus=4, submitted_s=9, runtime_s=1e6, fifo_due_s=9e9),
-    ]
-    busy = [running(job("r", gpus=2), "m", A100, ("m-0",), end_s=1200)]  # 2 x 200 left
-    due = due_times(snapshot(jobs=jobs[::-1], clusters=[c], running_jobs=busy, now_s=1000))
-    assert due == {
-        "first": pytest.approx(1000 + 2 * 200 / 4),
-        "second": pytest.approx(1000 + (2 * 200 + 2 * 400) / 4),
-        "third": pytest.approx(1000 + (2 * 200 + 2 * 400 + 2 * 100) / 4),
-    }
-
-
-@pytest.mark.parametrize(
-    "fields",
-    [
-        pytest.param({"fifo_due_s": 150.0}, id="estimated later than its due time: kept"),
-        pytest.param({"fifo_due_s": 9e9, "attained_gpu_s": 50.0}, id="ran before: kept"),
-    ],
-)
-def test_a_due_time_is_never_moved_later_nor_that_of_a_job_that_ran(fields):
-    """Only a job that never started is due again, and only earlier: a preempted job keeps
-    the wait budget it had (its due time moved by what it ran, resumed_due_s)."""
-    c = cluster("m", nodes("m", 1, gpus=4))
-    ahead = job("ahead", gpus=4, submitted_s=0, runtime_s=3600.0, fifo_due_s=0.0)
-    behind = job("behind", submitted_s=10, runtime_s=60.0, **fields)
-    assert due_times(snapshot(jobs=[ahead, behind], clusters=[c], now_s=100)) == {}
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    dues=st.lists(st.floats(0, 1e6), min_size=1, max_size=8),
-    runtimes=st.lists(st.floats(0, 1e5), min_size=8, max_size=8),
-    now_s=st.floats(0, 1e6),
-)
-def test_due_times_of_stamped_jobs_only_move_earlier(dues, runtimes, now_s):
-    c = cluster("m", nodes("m", 2, gpus=4))
-    jobs = [
-        job(f"j{i}", submitted_s=float(i), runtime_s=runtimes[i], fifo_due_s=due)
-        for i, due in enumerate(dues)
-    ]
-    for key, due_s in due_times(snapshot(jobs=jobs, clusters=[c], now_s=now_s)).items():
-        stamped = next(j.fifo_due_s for j in jobs if j.key == key)
-        assert stamped is not None and now_s <= due_s < stamped
-
-
 def test_no_due_times_while_the_fleet_has_no_gpus():
     """With no GPUs the backlog's pace is unknown: nothing is stamped (no division by 0)."""
     assert due_times(snapshot(jobs=[job("a")], clusters=[], now_s=5)) == {}

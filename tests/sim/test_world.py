@@ -351,20 +351,3 @@ def test_each_job_is_stamped_its_fifo_due_time_once_when_first_seen(recorder):
         "b": [pytest.approx(9 + 8 * 991 / 8)],
         "c": [pytest.approx(10 + (8 * 990 + 4 * 500) / 8)],
     }
-
-
-def test_due_times_are_lowered_when_the_work_ahead_ends_before_its_prediction(recorder):
-    """Predicted at ten times its runtime, the job ahead put b's due time at 10,000 s; when
-    it finished at 1000 s the world estimated b's backlog again (nothing ahead) and b is
-    due then."""
-    jobs = [tjob("a", submit_s=0, gpus=8, duration_s=1000), tjob("b", submit_s=9, gpus=8)]
-    cl = clusters()
-    truth = truth_for(jobs, cl.reference_gpu)
-    wrong = truth_for([tjob("a", gpus=8, duration_s=10_000), tjob("b", gpus=8)], cl.reference_gpu)
-    plan, seen = recorder(greedy_plan)
-    estimator = OracleEstimator(wrong)
-    w = World(jobs, cl, POLICY, estimator, truth=truth, plan=plan, transfer=no_transfer)
-    w.skip_full_cycles = False  # a cycle at b's arrival too
-    w.run()
-    due = [j.fifo_due_s for s in seen for j in s.pending if j.key == "b"]
-    assert due == [pytest.approx(10_000), pytest.approx(1000)]

@@ -9,11 +9,8 @@ backlog ahead of it at full width, would reach it::
 
 Jobs first seen in the same cycle are taken in submit order, each adding its own
 work for the next. A pending job's estimated runtime is the median of its per-GPU-type
-predictions, else the user's estimate, else 0. The due time is stamped when first seen
-(``Job.fifo_due_s``); each later cycle estimates it again for every waiting job that
-never started (running work left and the jobs pending before it in submit order) and
-keeps the earlier of the two, so it only moves earlier as predictions improve; with
-``reservation.drain_fifo`` a job past
+predictions, else the user's estimate, else 0. The due time is stamped once
+(``Job.fifo_due_s``) and never recomputed; with ``reservation.drain_fifo`` a job past
 it drains (:meth:`cpn.core.reservations.Reservations._draining`). The simulator and
 the operator both stamp through :func:`due_times`.
 
@@ -47,49 +44,27 @@ def fleet_gpus(snapshot: Snapshot) -> float:
 
 
 def due_times(snapshot: Snapshot) -> Mapping[str, float]:
-    """FIFO due times to set on pending jobs of ``snapshot``, by key: a first stamp for
-    each job that has none, and a lower one for each waiting job never started whose
-    backlog ahead, estimated again now, would make it due earlier.
+    """FIFO due times for the pending jobs of ``snapshot`` that have none, by key.
 
     Empty while the fleet has no GPUs: the backlog's pace is unknown, so the jobs are
     stamped in the first cycle that sees capacity.
     """
+    new = [job for job in snapshot.pending if job.fifo_due_s is None]
     total = fleet_gpus(snapshot)
-    if not snapshot.pending or total <= 0:
+    if not new or total <= 0:
         return {}
     now = snapshot.now_s
-    running = sum(r.job.gpus * max(r.predicted_end_s - now, 0.0) for r in snapshot.running)
-    estimated = {job.key: job.gpus * estimated_runtime_s(job) for job in snapshot.pending}
+    work = sum(r.job.gpus * max(r.predicted_end_s - now, 0.0) for r in snapshot.running)
+    work += sum(
+        job.gpus * estimated_runtime_s(job)
+        for job in snapshot.pending
+        if job.fifo_due_s is not None
+    )
     due: dict[str, float] = {}
-    new = [job for job in snapshot.pending if job.fifo_due_s is None]
-    stamped = (job for job in snapshot.pending if job.fifo_due_s is not None)
-    work = running + sum(estimated[job.key] for job in stamped)
-    for job in sorted(new, key=_submit_order):
+    for job in sorted(new, key=lambda j: (j.submit_s, j.key)):
         due[job.key] = now + work / total
-        work += estimated[job.key]
-    due.update(_lowered(snapshot, running, estimated, total))
+        work += job.gpus * estimated_runtime_s(job)
     return due
-
-
-def _submit_order(job: Job) -> tuple[float, str]:
-    return (job.submit_s, job.key)
-
-
-def _lowered(
-    snapshot: Snapshot, running: float, estimated: Mapping[str, float], total: float
-) -> dict[str, float]:
-    """Lower due times of stamped jobs that never ran: now plus the running work left and
-    the estimated work of the jobs pending before each in submit order, over the fleet's
-    GPUs, where that is earlier than the due time it has (never later)."""
-    now = snapshot.now_s
-    work = running
-    lowered: dict[str, float] = {}
-    for job in sorted(snapshot.pending, key=_submit_order):
-        due_s = job.fifo_due_s
-        if due_s is not None and job.attained_gpu_s <= 0 and now + work / total < due_s:
-            lowered[job.key] = now + work / total
-        work += estimated[job.key]
-    return lowered
 
 
 def fifo_due(job: Job, now_s: float) -> bool:

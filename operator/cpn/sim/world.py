@@ -192,6 +192,7 @@ class World:
         self._states: dict[str, _State] = {}
         self._pending: dict[str, Job] = {}
         self._needs: dict[float, int] = {}  # GPUs one worker needs -> pending jobs needing it
+        self._unstamped = False  # a pending job has no FIFO due time yet
         self.skip_full_cycles = skip_full_cycles
         self._skipped = 0
         self._running: dict[str, Running] = {}
@@ -367,6 +368,7 @@ class World:
 
     def _enqueue(self, job: Job) -> None:
         self._pending[job.key] = job
+        self._unstamped = self._unstamped or job.fifo_due_s is None
         need = worker_gpus(job)
         self._needs[need] = self._needs.get(need, 0) + 1
         if job.not_before_s > self.now_s:
@@ -397,16 +399,19 @@ class World:
             clusters=self._fleet.clusters(),
             bandwidth_gbps=self.clusters.bandwidth_gbps,
         )
-        return self._stamp_due(snapshot)
+        if self._unstamped:
+            snapshot = self._stamp_due(snapshot)
+        return snapshot
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with a FIFO due time on each pending job first seen in it and the
-        due times that the backlog estimated again lowers (:func:`cpn.core.fifodue.due_times`,
-        as the operator stamps them)."""
+        """``snapshot`` with a FIFO due time on each pending job first seen in it
+        (:func:`cpn.core.fifodue.due_times`, as the operator stamps them)."""
         due = due_times(snapshot)
         for key, due_s in due.items():
             job = replace(self._pending[key], fifo_due_s=due_s)
             self._pending[key] = self._states[key].job = job
+        # Still unstamped only while the fleet has no GPUs (due_times then stamps none).
+        self._unstamped = len(due) < sum(j.fifo_due_s is None for j in snapshot.pending)
         if not due:
             return snapshot
         return replace(snapshot, pending=tuple(self._pending.values()))
