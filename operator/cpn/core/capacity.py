@@ -256,7 +256,6 @@ class Capacity:
         need = worker_gpus(job)
         alone = job.key in self._alone or (job.key not in self._running and self.alone(job))
         self._free.pop(key, None)
-        self._open.pop(key, None)
         if alone:
             self._alone.add(job.key)
             self._alone_groups.add(key)
@@ -271,6 +270,8 @@ class Capacity:
             slot.free_gpus -= need
             slot.free_cpu -= job.cpu
             slot.free_memory_gib -= job.memory_gib
+            if slot.free_gpus <= 0:  # off the group's nodes with GPUs free
+                self._open.pop(key, None)
             if until_s is not None:
                 slot.releases.append((until_s, need, job.cpu, job.memory_gib))
                 slot.releases.sort()
