@@ -11,6 +11,9 @@ cluster holding all four):
 
     python bench/bench_cycle.py --pending 10000 --clusters 10 --nodes 1000 --types 4 --repeats 5
 
+and in steady state, a fleet with no GPU free on 49 of every 50 nodes (few starts, most
+jobs held and explained): add ``--busy 50``.
+
 The operator's whole cycle with 5,000 pending on the test bed (snapshot, plan,
 dispatch; status writes and ETAs in the background) is measured by
 ``python bench/bench_memory.py --n 5000`` (cpn_cycle_total_seconds).
@@ -50,8 +53,13 @@ def layout(clusters: int, nodes: int, types: int) -> list[tuple[str, list[str]]]
 
 
 def snapshot(
-    pending: int, seed: int, policy: QueuePolicy, shape: tuple[int, int, int] = (3, 100, 3)
+    pending: int,
+    seed: int,
+    policy: QueuePolicy,
+    shape: tuple[int, int, int] = (3, 100, 3),
+    busy: int = 0,
 ) -> Snapshot:
+    """``busy`` > 1: a fleet in steady state, no GPU free on all but every busy-th node."""
     rng = random.Random(seed)
     clusters, running = [], []
     plan = layout(*shape)
@@ -67,7 +75,7 @@ def snapshot(
                     name=name,
                     gpu_type=gpu_type,
                     gpus=8,
-                    free_gpus=8 - used,
+                    free_gpus=0 if busy > 1 and n % busy else 8 - used,
                     gpu_memory_gib=80,
                     cpu=96,
                     free_cpu=96,
@@ -121,6 +129,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100, help="8-GPU nodes per cluster")
     parser.add_argument("--types", type=int, default=3, choices=[1, 2, 3, 4])
     parser.add_argument("--methods", default="milp,greedy")
+    parser.add_argument(
+        "--busy", type=int, default=0, help="no GPU free on all but every BUSY-th node"
+    )
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()
     shape = (args.clusters, args.nodes, args.types)
@@ -128,6 +139,7 @@ def main() -> None:
         "clusters": args.clusters,
         "nodes": args.clusters * args.nodes,
         "gpu_types": args.types,
+        "busy": args.busy,
     }
     base = QueuePolicy()
     for method in args.methods.split(","):
@@ -135,7 +147,7 @@ def main() -> None:
         for pending in args.pending:
             walls = []
             for seed in range(args.repeats):
-                snap = snapshot(pending, seed, policy, shape)
+                snap = snapshot(pending, seed, policy, shape, args.busy)
                 start = time.perf_counter()
                 plan = plan_cycle(snap)
                 walls.append(time.perf_counter() - start)

@@ -25,19 +25,23 @@ def runtime_on(job: Job, gpu_type: str) -> float | None:
 def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candidate]:
     """Every (cluster, GPU type) the job may use, with its cost parts."""
     policy = snapshot.policy.placement
+    runtimes: dict[str, float | None] = {}  # per GPU type, and transfers per cluster
+    transfers: dict[str, float | None] = {}
     out = []
     for key in capacity.groups:
         cluster, gpu_type = key
-        if not job.allows(gpu_type):
-            continue
-        runtime = runtime_on(job, gpu_type)
+        if gpu_type not in runtimes:
+            runtimes[gpu_type] = runtime_on(job, gpu_type) if job.allows(gpu_type) else None
+        runtime = runtimes[gpu_type]
         if runtime is None:
             continue
-        transfer = transfer_s(job, cluster, snapshot)
+        if cluster not in transfers:
+            transfers[cluster] = transfer_s(job, cluster, snapshot)
+        transfer = transfers[cluster]
         if transfer is None:
             continue
         cost = policy.transfer_weight * transfer + policy.runtime_weight * runtime
-        out.append(Candidate(key=key, runtime_s=runtime, transfer_s=transfer, cost=cost))
+        out.append(Candidate(key, runtime, transfer, cost))  # (positional: faster)
     return out
 
 

@@ -68,12 +68,6 @@ def worker_gpus(job: Job) -> float:
     return job.gpu_share if job.gpu_share < 1 else float(job.gpus_per_worker)
 
 
-def _fits(slot: Slot, job: Job, need: float, gpus: float, cpu: float, memory: float) -> bool:
-    if need > _EPS and job.gpu_memory_gib > slot.gpu_memory_gib + _EPS:
-        return False
-    return need <= gpus + _EPS and job.cpu <= cpu + _EPS and job.memory_gib <= memory + _EPS
-
-
 Shape = tuple[float, int, float, float, float]
 
 
@@ -82,23 +76,44 @@ def shape(job: Job) -> Shape:
     return (worker_gpus(job), job.workers, job.cpu, job.memory_gib, job.gpu_memory_gib)
 
 
-def _place(job: Job, slots: Sequence[Slot], free: dict[str, list[float]]) -> tuple[str, ...] | None:
-    """Best-fit: each worker on the node that leaves the fewest GPUs free."""
+def _place(
+    job: Job, slots: Sequence[Slot], free: dict[str, list[float]] | None = None
+) -> tuple[str, ...] | None:
+    """Best-fit: each worker on the node that leaves the fewest GPUs free.
+
+    ``free`` maps each slot's name to its free [GPUs, CPU, memory]; without it, the
+    slots' own free resources (left untouched).
+    """
     chosen: list[str] = []
     need = worker_gpus(job)
+    gpu_memory = job.gpu_memory_gib if need > _EPS else -math.inf
+    rows: dict[str, list[float]] = {} if free is None else free
     for _ in range(job.workers):
         best: Slot | None = None
         best_left = math.inf
         for slot in slots:
-            gpus, cpu, memory = free[slot.name]
-            if not _fits(slot, job, need, gpus, cpu, memory):
+            row = rows.get(slot.name)
+            if row is None:
+                gpus, cpu, memory = slot.free_gpus, slot.free_cpu, slot.free_memory_gib
+            else:
+                gpus, cpu, memory = row
+            if (
+                need > gpus + _EPS
+                or job.cpu > cpu + _EPS
+                or job.memory_gib > memory + _EPS
+                or gpu_memory > slot.gpu_memory_gib + _EPS
+            ):
                 continue
             left = gpus - need
             if left < best_left - _EPS:
                 best, best_left = slot, left
+                if left <= 0:  # a fit leaves at least -_EPS: none can beat this one
+                    break
         if best is None:
             return None
-        row = free[best.name]
+        row = rows.get(best.name)
+        if row is None:
+            row = rows[best.name] = [best.free_gpus, best.free_cpu, best.free_memory_gib]
         row[0] -= need
         row[1] -= job.cpu
         row[2] -= job.memory_gib
@@ -116,12 +131,22 @@ class Capacity:
         for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
             self.groups.setdefault((slot.cluster, slot.gpu_type), []).append(slot)
             self._by_name[(slot.cluster, slot.name)] = slot
+        # ``usable`` never changes within a cycle: the usable nodes of each group, and
+        # the others (what a job is told when only a busy node would hold it).
+        self.usable = {key: [s for s in slots if s.usable] for key, slots in self.groups.items()}
+        self.unusable = {
+            key: [s for s in slots if not s.usable] for key, slots in self.groups.items()
+        }
+        self._alone_groups: set[GroupKey] = set()  # groups where a node may be held alone
+        self._free: dict[GroupKey, float] = {}  # free GPUs of a group's usable nodes
+        self._open: dict[GroupKey, list[Slot]] = {}  # its usable nodes with GPUs free
         # Capacity only shrinks while a cycle decides starts, so a shape that does not
         # fit a group stays unfit until something is released: remember it.
         self._unfit: set[tuple[Shape, GroupKey, frozenset[str], bool]] = set()
         self._ever: dict[tuple[Shape, GroupKey], bool] = {}
         self._alone: set[str] = set()  # jobs that hold their nodes alone
         self._running: set[str] = set()  # jobs of the snapshot's running list
+        self._last: tuple[Job | None, Shape, bool] = (None, (0.0, 0, 0.0, 0.0, 0.0), False)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -148,6 +173,7 @@ class Capacity:
                     slot.jobs += 1
                     if item.alone:
                         slot.alone_key, slot.alone_until = item.job.key, end
+                        capacity._alone_groups.add((item.cluster, slot.gpu_type))
         for slot in capacity._by_name.values():
             slot.releases.sort()
         return capacity
@@ -162,9 +188,12 @@ class Capacity:
 
     def free_gpus(self, key: GroupKey, exclude: frozenset[str] = frozenset()) -> float:
         """Free GPUs of usable nodes in a group, minus nodes in ``exclude``."""
-        return sum(
-            s.free_gpus for s in self.groups.get(key, ()) if s.usable and s.name not in exclude
-        )
+        if not exclude and key in self._free:
+            return self._free[key]
+        total = sum(s.free_gpus for s in self.usable.get(key, ()) if s.name not in exclude)
+        if not exclude:
+            self._free[key] = total
+        return total
 
     def alone(self, job: Job) -> bool:
         """True if ``job`` must run alone on its nodes (:mod:`cpn.core.alone`)."""
@@ -174,29 +203,42 @@ class Capacity:
         self, job: Job, key: GroupKey, exclude: frozenset[str] = frozenset()
     ) -> tuple[str, ...] | None:
         """Nodes for each worker of ``job`` in group ``key`` now, or None."""
-        alone = self.alone(job)
-        memo = (shape(job), key, exclude, alone)
+        last, last_shape, alone = self._last
+        if job is not last:  # callers ask about one job many times in a row
+            last_shape, alone = shape(job), self.alone(job)
+            self._last = (job, last_shape, alone)
+        memo = (last_shape, key, exclude, alone)
         if memo in self._unfit:
             return None
-        slots = [
-            s
-            for s in self.groups.get(key, ())
-            if s.usable and s.name not in exclude and (s.empty() if alone else not s.alone_key)
-        ]
-        free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
-        placed = _place(job, slots, free)
+        slots = self._room(key, last_shape[0])
+        if exclude or alone or key in self._alone_groups:
+            slots = [
+                s
+                for s in slots
+                if s.name not in exclude and (s.empty() if alone else not s.alone_key)
+            ]
+        placed = _place(job, slots)
         if placed is None:
             self._unfit.add(memo)
         return placed
 
     def fits_but_for_alone(self, job: Job, key: GroupKey) -> bool:
-        """True if ``job`` would fit in ``key`` now were it not for the rule of
-        :mod:`cpn.core.alone` (it needs an empty node, or nodes are held alone)."""
-        if self.fit(job, key) is not None:
-            return False
-        slots = [s for s in self.groups.get(key, ()) if s.usable]
-        free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
-        return _place(job, slots, free) is not None
+        """For a ``job`` that does not fit in ``key`` now (:meth:`fit` is None): True if
+        it would were it not for the rule of :mod:`cpn.core.alone` (it needs an empty
+        node, or nodes are held alone)."""
+        if not self.alone(job) and key not in self._alone_groups:
+            return False  # the rule played no part in that answer
+        return _place(job, self._room(key, worker_gpus(job))) is not None
+
+    def _room(self, key: GroupKey, need: float) -> list[Slot]:
+        """The usable nodes of group ``key`` a worker asking ``need`` GPUs may fit on:
+        those with GPUs free when it asks any (a node with none free fits no such ask)."""
+        if need <= _EPS:
+            return self.usable.get(key, [])
+        found = self._open.get(key)
+        if found is None:
+            found = self._open[key] = [s for s in self.usable.get(key, ()) if s.free_gpus > 0]
+        return found
 
     def ever_fits(self, job: Job, key: GroupKey) -> bool:
         """True if ``job`` fits the group's nodes when they are empty."""
@@ -213,8 +255,10 @@ class Capacity:
         """Take the resources of a start on ``nodes``; they come back at ``until_s``."""
         need = worker_gpus(job)
         alone = job.key in self._alone or (job.key not in self._running and self.alone(job))
+        self._free.pop(key, None)
         if alone:
             self._alone.add(job.key)
+            self._alone_groups.add(key)
         for name in set(nodes):
             slot = self._by_name[(key[0], name)]
             slot.jobs += 1
@@ -226,6 +270,8 @@ class Capacity:
             slot.free_gpus -= need
             slot.free_cpu -= job.cpu
             slot.free_memory_gib -= job.memory_gib
+            if slot.free_gpus <= 0:  # off the group's nodes with GPUs free
+                self._open.pop(key, None)
             if until_s is not None:
                 slot.releases.append((until_s, need, job.cpu, job.memory_gib))
                 slot.releases.sort()
@@ -233,6 +279,8 @@ class Capacity:
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
         self._unfit.clear()
+        self._free.clear()
+        self._open.clear()
         need = worker_gpus(job)
         for name in set(nodes):
             slot = self._by_name.get((cluster, name))

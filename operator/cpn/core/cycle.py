@@ -133,6 +133,9 @@ class _Cycle:
     ) -> Start | None:
         job = item.job
         for cand in order_candidates(self.policy.placement.method, cands):
+            # No room even on reserved nodes: none with them excluded, none beside them.
+            if self.capacity.fit(job, cand.key) is None:
+                continue
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
             nodes = self.capacity.fit(job, cand.key, self.reservations.excluded(job, cand))
@@ -315,13 +318,13 @@ class _Cycle:
                 job, (r.job_key for r in self.reservations.held)
             )
         unusable = any(
-            not s.usable and s.free_gpus + 1e-9 >= worker_gpus(job)
+            s.free_gpus + 1e-9 >= worker_gpus(job)
             for c in cands
-            for s in self.capacity.groups[c.key]
+            for s in self.capacity.unusable[c.key]
         )
-        free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if unusable:
             return WaitReason.NodeLoad, reasons.node_load(job)
+        free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if any(self.capacity.fits_but_for_alone(job, c.key) for c in cands):
             if self.capacity.alone(job):
                 return WaitReason.Capacity, reasons.no_empty_node(job, free)

@@ -87,7 +87,8 @@ class Reservations:
 
     def excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
         """Nodes of ``cand`` this job may not use because a reservation holds them."""
-        return frozenset().union(*(res.nodes for res in self._in_the_way(job, cand)))
+        in_way = self._in_the_way(job, cand) if self.held else ()
+        return frozenset().union(*(res.nodes for res in in_way)) if in_way else frozenset()
 
     def _moved(
         self, res: Reserved, others: Sequence[Reserved], *, free_now: bool = False
@@ -128,7 +129,7 @@ class Reservations:
         now must still find room free now: room of a job past its predicted end
         frees "now" only on paper). Tried on one reserved node at a time, then on all.
         """
-        in_way = self._in_the_way(job, cand)
+        in_way = self._in_the_way(job, cand) if self.held else []
         if not in_way or not self.policy.reservation.backfill:
             return None
         # Capacity only shrinks in the walk: a shape that found no room beside some
