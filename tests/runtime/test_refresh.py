@@ -104,3 +104,27 @@ def test_a_failed_write_keeps_the_refresh_of_what_the_hub_still_shows() -> None:
     finally:
         state.pool.shutdown(wait=True)
         state.write_pool.shutdown(wait=True)
+
+
+def test_one_timer_per_aijob_armed_again_only_for_an_earlier_refresh() -> None:
+    """Renders that move the instant later keep the armed timer (it fires first and arms
+    itself again); one that moves it earlier replaces it; one with no instant drops it."""
+    writes, state, _ = hub_writes()
+    record = waiting(state, "a", 600.0)
+    armed = writes._timers  # per AIJob: (wall time it fires, handle)
+
+    async def main() -> list[float | None]:
+        seen = []
+        for start_in_s in (600.0, 900.0, 300.0, 10.0):
+            record.eta_start_s = WALL + start_in_s
+            writes.render_status(record)
+            seen.append(armed[record.key][0] if record.key in armed else None)
+        return seen
+
+    try:
+        seen = asyncio.run(main())
+    finally:
+        state.pool.shutdown(wait=True)
+        state.write_pool.shutdown(wait=True)
+    by = WALL - IMMINENT_S
+    assert seen == [by + 600.0, by + 600.0, by + 300.0, None]
