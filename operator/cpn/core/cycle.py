@@ -134,11 +134,13 @@ class _Cycle:
         job = item.job
         for cand in order_candidates(self.policy.placement.method, cands):
             # No room even on reserved nodes: none with them excluded, none beside them.
-            if self.capacity.fit(job, cand.key) is None:
+            anywhere = self.capacity.fit(job, cand.key)
+            if anywhere is None:
                 continue
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
-            nodes = self.capacity.fit(job, cand.key, self.reservations.excluded(job, cand))
+            excluded = self.reservations.excluded(job, cand)
+            nodes = self.capacity.fit(job, cand.key, excluded) if excluded else anywhere
             if nodes is None:
                 nodes = self.reservations.fit_beside(job, cand)
             if nodes is not None:
