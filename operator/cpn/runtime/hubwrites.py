@@ -62,10 +62,9 @@ class HubWrites:
             armed[1].cancel()
             del self._timers[record.key]
         if at_s is not None:
-            when = max(at_s, self.state.clock.wall() + after_s)
-            handle = asyncio.get_running_loop().call_later(
-                when - self.state.clock.wall(), self.refresh_due, record.key
-            )
+            now = self.state.clock.wall()
+            when = max(at_s, now + after_s)
+            handle = asyncio.get_running_loop().call_later(when - now, self.refresh_due, record.key)
             self._timers[record.key] = (when, handle)
 
     def refresh_due(self, key: str) -> None:
@@ -137,12 +136,11 @@ class HubWrites:
         except Exception as err:  # noqa: BLE001 - hub unreachable: logged, rewritten next cycle
             # The hub still shows what it showed (a patch it applied all the same comes back
             # as a watch event): diff the next write against that, not against nothing,
-            # which would leave on the hub the keys this status has dropped.
+            # which would leave on the hub the keys this status has dropped; and refresh by
+            # the earlier of the two, retried a second on at the soonest while the hub fails.
             if record.written is sent:
                 record.written = before
             record.written_sig = None
-            # The hub still shows what it showed: refresh by the earlier of the two (retried
-            # a second on at the soonest while the hub fails).
             self._refresh_by(
                 record,
                 min((t for t in (shown_until, record.refresh_by_s) if t is not None), default=None),
