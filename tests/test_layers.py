@@ -24,13 +24,9 @@ CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["t
 ]
 CONTRACTS: dict[str, dict[str, Any]] = {c["id"]: c for c in CONFIG["contracts"]}
 
+
 #: The known violations the redesign removes (#18). A contract may lose entries, never gain
 #: one: a new exception means changing this list in review, not only the config.
-KNOWN: dict[str, set[str]] = {
-    "clients-in-adapters": {"cpn.api.aijob -> kubernetes"},
-}
-
-
 def _run(
     args: list[str], cwd: Path, *, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
@@ -93,10 +89,10 @@ def test_the_contracts_say_what_the_layering_promises():
     assert "sim" in layers[order.index("runtime")]
 
 
-def test_known_exceptions_only_shrink():
-    """Every ignored import is one of the known violations the redesign removes."""
+def test_no_contract_has_exceptions():
+    """No contract ignores an import: every layer rule holds as written."""
     for contract_id, contract in CONTRACTS.items():
-        assert set(contract.get("ignore_imports", [])) <= KNOWN.get(contract_id, set())
+        assert not contract.get("ignore_imports"), contract_id
 
 
 def _toml(value: Any) -> str:

@@ -18,11 +18,11 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils.quantity import parse_quantity
 
 from cpn.adapters.kube import Informer, call_failed
 from cpn.adapters.probe import ProbeFn, Prober
 from cpn.api import constants as k
+from cpn.api.quantity import parse_quantity
 from cpn.core.capacity import Usage
 from cpn.core.model import Cluster, Node
 from predictor.catalog import UnknownName, canonical_gpu

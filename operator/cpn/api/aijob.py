@@ -24,10 +24,9 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from cpn.api import constants as k
 from cpn.api.fields import FieldReader, describe_value, join, short_repr
+from cpn.api.quantity import parse_quantity
 from cpn.core.errors import FieldError, InvalidSpec
 from cpn.core.model import Job, frozen_map
 from predictor.catalog import UnknownName, expand_gpu_types
@@ -196,7 +195,7 @@ class _Reader(FieldReader):
             self.error(path, f"not a Kubernetes quantity: {short_repr(value)}")
             return 0.0
         try:
-            exact: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
+            exact: Decimal = parse_quantity(value)
             number = float(exact) / scale
         except (ValueError, TypeError, ArithmeticError, InvalidOperation):
             self.error(path, f"not a Kubernetes quantity: {short_repr(value)}")
