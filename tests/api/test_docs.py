@@ -244,3 +244,18 @@ def test_architecture_picture_matches_its_source() -> None:
     drawn = set(re.findall(r'<g id="node\d+" class="node">\s*<title>(\w+)</title>', svg))
     assert declared and drawn == declared
     assert "architecture.svg" in page
+
+
+def test_every_module_the_architecture_picture_names_exists() -> None:
+    """Each ``layer/module`` a box of the picture (dot and Mermaid) names is a module of
+    cpn, so that a module renamed or removed cannot stay drawn."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    pictures = re.findall(r"^```(?:dot|mermaid)\n(.*?)^```$", page, re.M | re.S)
+    named = set()
+    for picture in pictures:
+        named |= set(re.findall(r"\b(core|api|runtime|adapters|handlers|sim|cli)/(\w+)", picture))
+    assert len(pictures) == 2 and len(named) >= 6
+    package = ROOT / "operator" / "cpn"
+    missing = [f"{layer}/{name}" for layer, name in sorted(named)]
+    missing = [m for m in missing if not (package / f"{m}.py").exists()]
+    assert missing == []
