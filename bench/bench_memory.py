@@ -8,7 +8,14 @@ many AIJobs are pending and running, and the cycles seen meanwhile: plan_cycle w
 (cpn_cycle_duration_seconds on /metrics) and the gap between cycle starts (whole cycle:
 snapshot, plan, dispatch, status writes, under kicks).
 
+``--finished F`` also puts F AIJobs that already Succeeded on the hub (created, then
+their status written as the operator writes a finished job's), which the operator lists
+and learns from at start: issue 22's hub of 100,000 AIJobs is ``--n 10000 --finished
+90000``. ``--restart`` then stops the operator and starts a new one, and reports the time
+from its start to its first cycle holding every waiting AIJob, and its peak RSS.
+
     CPN_TESTBED_DIR=... CPN_TESTBED_PORT_BASE=... python bench/bench_memory.py [--n 10000]
+        [--finished 90000 --restart]
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,6 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cpn.adapters.kube import client_from_kubeconfig
+from cpn.api.status import rfc3339
 from cpn.cli.devbed import bootstrap_testbed
 
 
@@ -46,6 +55,8 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per AIJob")
     parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--finished", type=int, default=0, help="Succeeded AIJobs on the hub too")
+    parser.add_argument("--restart", action="store_true", help="time a restart after steady")
     parser.add_argument("--keep-bed", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy output (collapsed stacks)")
     parser.add_argument("--profile-s", type=int, default=120)
@@ -53,6 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cpn-bench-memory-"))
     out: dict[str, Any] = {"bench": "memory", "n": args.n, "gpus_each": args.gpus}
+    out["finished"] = args.finished
     tb = bed(args.keep_bed)
     op = None
     spy = None
@@ -80,27 +92,44 @@ def main() -> int:
                 aijob(f"m{i:05d}", gpus=args.gpus),
             )
 
+        def create_finished(i: int) -> None:
+            namespace = namespaces[i % len(namespaces)]
+            made = custom.create_namespaced_custom_object(
+                "cpn.io", "v1alpha1", namespace, "aijobs", aijob(f"f{i:06d}", gpus=args.gpus)
+            )
+            custom.patch_namespaced_custom_object_status(
+                "cpn.io",
+                "v1alpha1",
+                namespace,
+                "aijobs",
+                made["metadata"]["name"],
+                {"status": finished_status(i, tb.members)},
+            )
+
         if reuse:
             out["reused_aijobs_of_an_earlier_run"] = True
         else:
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(create, range(args.n)))
+                list(pool.map(create_finished, range(args.finished)))
             out["hub_create_s"] = round(time.monotonic() - t0, 1)
 
-        started = time.monotonic()
-        op = Operator(tb, folder / "operator.log")
-        spy = pyspy(op.proc.pid, args.profile_s, args.profile) if args.profile else None
-        samples: list[float] = []
-
-        def caught_up() -> bool:
+        def caught_up(op: Operator) -> bool:
             # The operator's own count (its log's cycle lines): listing 10,000 AIJobs with
             # their status would load the hub more than the operator does.
-            samples.append(op.rss_mib()[0])  # type: ignore[union-attr]
-            cycles = operator_cycles(op.log)  # type: ignore[union-attr]
+            cycles = operator_cycles(op.log)
             last = cycles[-1] if cycles else {}
             return bool(last) and last["pending"] + last["running"] >= args.n
 
-        wait_until(caught_up, timeout_s=1800, what="every AIJob queued or running", every_s=2)
+        started = time.monotonic()
+        op = first = Operator(tb, folder / "operator.log")
+        spy = pyspy(op.proc.pid, args.profile_s, args.profile) if args.profile else None
+        wait_until(
+            lambda: caught_up(first),
+            timeout_s=1800,
+            what="every AIJob queued or running",
+            every_s=2,
+        )
         out["operator_caught_up_s"] = round(time.monotonic() - started, 1)
         cycles_before = len(operator_cycles(op.log))
         metrics_before = op.metrics()
@@ -147,6 +176,17 @@ def main() -> int:
         out["operator_rss_mib"]["at_end"] = round(rss, 1)
         if spy is not None:
             spy.wait()
+        if args.restart:
+            op.stop()
+            started = time.monotonic()
+            op = second = Operator(tb, folder / "operator-2.log")
+            wait_until(
+                lambda: caught_up(second), timeout_s=1800, what="the restarted operator's cycle"
+            )
+            out["restart"] = {
+                "to_first_full_cycle_s": round(time.monotonic() - started, 1),
+                "peak_rss_mib": round(second.rss_mib()[1], 1),
+            }
     finally:
         if op is not None:
             op.stop()
@@ -154,6 +194,23 @@ def main() -> int:
     out["machine"] = machine()
     print(json.dumps(out))
     return 0
+
+
+def finished_status(i: int, members: Sequence[str]) -> dict[str, Any]:
+    """The status the operator leaves on an AIJob that Succeeded (runtimes vary by job)."""
+    gpu = ("A100-80GB", "V100-32GB")[i % 2]
+    actual = 1800.0 + (i * 37) % 3600
+    end = time.time() - 86400 + i % 3600
+    return {
+        "phase": "Succeeded",
+        "attempts": 1,
+        "cluster": members[i % len(members)],
+        "gpuType": gpu,
+        "startTime": rfc3339(end - actual),
+        "completionTime": rfc3339(end),
+        "actualRuntimeSeconds": actual,
+        "predictedRuntimeSeconds": {gpu: actual * 0.9},
+    }
 
 
 if __name__ == "__main__":

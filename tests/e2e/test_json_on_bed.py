@@ -56,7 +56,11 @@ def namespaces(tb: Testbed, cluster: str) -> set[str]:
     [
         ("bench_dispatch.py", ("--n", "4", "--workers", "2"), "direct"),
         ("bench_latency.py", ("--rate", "2", "--seconds", "2"), "latency_s"),
-        ("bench_memory.py", ("--n", "4", "--steady-s", "2"), "n"),
+        (
+            "bench_memory.py",
+            ("--n", "4", "--finished", "3", "--steady-s", "2", "--restart"),
+            "restart",
+        ),
         (
             "bench_peer.py",
             ("--n", "4", "--latency-n", "2", "--rate", "2", "--modes", "direct"),
@@ -90,3 +94,6 @@ def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> N
             lambda: not orphans(hub.tb), timeout_s=120, interval_s=1, what="no orphaned member Job"
         )
     assert key in doc and doc["bench"] == script.removeprefix("bench_").removesuffix(".py")
+    if script == "bench_memory.py":  # the finished ones are not counted as waiting
+        assert doc["aijobs"]["pending"] + doc["aijobs"]["running"] == 4
+        assert doc["restart"]["to_first_full_cycle_s"] > 0
