@@ -729,16 +729,32 @@ class Testbed:
         self._start(spec, component, self.binaries, time.monotonic() + timeout_s)
 
     def stray_processes(self) -> list[int]:
-        """Pids of any process whose command line mentions the state dir (should be none)."""
+        """Pids of any process whose command line mentions the state dir (should be none),
+        other than this process and its ancestors (a shell that started the tests may
+        name the dir in its own command line)."""
         needle = str(self.state_dir).encode()
+        ours = _ancestors(os.getpid())
         found: list[int] = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            if not entry.name.isdigit() or int(entry.name) in ours:
                 continue
             with contextlib.suppress(OSError):
                 if needle in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
         return found
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it, up to init."""
+    chain = {pid}
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rpartition(")")[2].split()[1])  # the field after the state: ppid
+        chain.add(pid)
+    return chain
 
 
 def iter_status_lines(status: BedStatus) -> Iterator[str]:

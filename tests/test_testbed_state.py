@@ -65,3 +65,32 @@ def test_a_running_bed_keeps_its_layout_and_ports(tmp_path: Path) -> None:
 def _ticks(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
     return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def test_stray_processes_are_found_but_not_the_shell_that_started_us(tmp_path: Path) -> None:
+    """A process naming the state dir is a stray; the shell that started this process (an
+    ancestor naming the dir in its own command line, as a CI launcher may) is not."""
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    state.mkdir()
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(state)])
+    probe = (
+        "import sys; from testbed.bed import Testbed; "
+        f"print(sorted(Testbed(state_dir=__import__('pathlib').Path({str(state)!r}))"
+        ".stray_processes()))"
+    )
+    try:
+        # bash -c 'python ...; true # <dir>': the bash names the dir and is the probe's parent
+        shell = subprocess.run(
+            ["bash", "-c", f'"{sys.executable}" -c "{probe}"; true # {state}'],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    finally:
+        stray.kill()
+        stray.wait()
+    assert json.loads(shell.stdout) == [stray.pid]
