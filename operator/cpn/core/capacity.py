@@ -124,6 +124,13 @@ def _place(
 class Capacity:
     """Per-node free resources, grouped by (cluster, GPU type)."""
 
+    _NO_LAST: tuple[Job | None, Shape, bool, set[GroupKey]] = (
+        None,
+        (0.0, 0, 0.0, 0.0, 0.0),
+        False,
+        set(),
+    )
+
     def __init__(self, slots: Iterable[Slot], policy: QueuePolicy | None = None) -> None:
         self.policy = policy
         self.groups: dict[GroupKey, list[Slot]] = {}
@@ -139,14 +146,18 @@ class Capacity:
         }
         self._alone_groups: set[GroupKey] = set()  # groups where a node may be held alone
         self._free: dict[GroupKey, float] = {}  # free GPUs of a group's usable nodes
-        self._open: dict[GroupKey, list[Slot]] = {}  # its usable nodes with GPUs free
+        # its usable nodes with GPUs free, and perhaps a few taken full since (_place
+        # passes over a node with none free, so they change no answer): how many
+        self._open: dict[GroupKey, list[Slot]] = {}
+        self._stale: dict[GroupKey, int] = {}
         # Capacity only shrinks while a cycle decides starts, so a shape that does not
         # fit a group stays unfit until something is released: remember it.
-        self._unfit: set[tuple[Shape, GroupKey, frozenset[str], bool]] = set()
+        # (per shape, nodes excluded and alone: the groups it does not fit)
+        self._unfit: dict[tuple[Shape, frozenset[str], bool], set[GroupKey]] = {}
         self._ever: dict[tuple[Shape, GroupKey], bool] = {}
         self._alone: set[str] = set()  # jobs that hold their nodes alone
         self._running: set[str] = set()  # jobs of the snapshot's running list
-        self._last: tuple[Job | None, Shape, bool] = (None, (0.0, 0, 0.0, 0.0, 0.0), False)
+        self._last: tuple[Job | None, Shape, bool, set[GroupKey]] = self._NO_LAST
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -203,12 +214,12 @@ class Capacity:
         self, job: Job, key: GroupKey, exclude: frozenset[str] = frozenset()
     ) -> tuple[str, ...] | None:
         """Nodes for each worker of ``job`` in group ``key`` now, or None."""
-        last, last_shape, alone = self._last
-        if job is not last:  # callers ask about one job many times in a row
-            last_shape, alone = shape(job), self.alone(job)
-            self._last = (job, last_shape, alone)
-        memo = (last_shape, key, exclude, alone)
-        if memo in self._unfit:
+        if job is not self._last[0]:  # callers ask about one job many times in a row
+            self.known_unfit(job)
+        _, last_shape, alone, unfit = self._last
+        if exclude:
+            unfit = self._unfit.setdefault((last_shape, exclude, alone), set())
+        if key in unfit:
             return None
         slots = self._room(key, last_shape[0])
         if exclude or alone or key in self._alone_groups:
@@ -219,8 +230,18 @@ class Capacity:
             ]
         placed = _place(job, slots)
         if placed is None:
-            self._unfit.add(memo)
+            unfit.add(key)
         return placed
+
+    def known_unfit(self, job: Job) -> set[GroupKey]:
+        """Groups :meth:`fit` already found ``job``'s shape does not fit now, none
+        excluded (it stays unfit there until :meth:`release`). Read, do not change."""
+        last, _, _, unfit = self._last
+        if job is not last:
+            last_shape, alone = shape(job), self.alone(job)
+            unfit = self._unfit.setdefault((last_shape, frozenset(), alone), set())
+            self._last = (job, last_shape, alone, unfit)
+        return unfit
 
     def fits_but_for_alone(self, job: Job, key: GroupKey) -> bool:
         """For a ``job`` that does not fit in ``key`` now (:meth:`fit` is None): True if
@@ -267,11 +288,15 @@ class Capacity:
                 slot.alone_until = math.inf if until_s is None else until_s
         for name in nodes:
             slot = self._by_name[(key[0], name)]
+            before = slot.free_gpus
             slot.free_gpus -= need
             slot.free_cpu -= job.cpu
             slot.free_memory_gib -= job.memory_gib
-            if slot.free_gpus <= 0:  # off the group's nodes with GPUs free
-                self._open.pop(key, None)
+            if slot.free_gpus <= 0 < before:  # no longer one with GPUs free
+                stale = self._stale[key] = self._stale.get(key, 0) + 1
+                if stale * 8 > len(self._open.get(key, ())):  # made again when 1/8 is
+                    self._open.pop(key, None)
+                    self._stale[key] = 0
             if until_s is not None:
                 slot.releases.append((until_s, need, job.cpu, job.memory_gib))
                 slot.releases.sort()
@@ -279,8 +304,10 @@ class Capacity:
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
         self._unfit.clear()
+        self._last = self._NO_LAST
         self._free.clear()
         self._open.clear()
+        self._stale.clear()
         need = worker_gpus(job)
         for name in set(nodes):
             slot = self._by_name.get((cluster, name))

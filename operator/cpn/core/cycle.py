@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 
 from cpn.core import reasons
-from cpn.core.candidates import candidates, order_candidates
+from cpn.core.candidates import candidates, in_order
 from cpn.core.capacity import Capacity, worker_gpus
 from cpn.core.model import (
     CyclePlan,
@@ -132,7 +132,10 @@ class _Cycle:
         self, item: Ranked, cands: list[Candidate], *, borrowing: bool = False
     ) -> Start | None:
         job = item.job
-        for cand in order_candidates(self.policy.placement.method, cands):
+        unfit = self.capacity.known_unfit(job)
+        if unfit:  # (they would fit nowhere below: pass them before ordering)
+            cands = [c for c in cands if c.key not in unfit]
+        for cand in in_order(self.policy.placement.method, cands):
             # No room even on reserved nodes: none with them excluded, none beside them.
             anywhere = self.capacity.fit(job, cand.key)
             if anywhere is None:

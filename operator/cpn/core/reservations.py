@@ -70,6 +70,9 @@ class Reservations:
         Under a strict order a reservation does not hold room against jobs ranked
         above its holder: they block it anyway, so holding it would only idle it.
         """
+        here = [res for res in self.held if res.key == cand.key]
+        if not here:  # (most groups hold none: skip the rest)
+            return here
         # Backfill must end before the reservation starts even if it runs long: judged
         # on the estimate's high quantile, not its median (conservative backfilling).
         high = job.estimate.high_s.get(cand.key[1], cand.runtime_s)
@@ -78,9 +81,8 @@ class Reservations:
         mine = self.position.get(job.key, 0)
         return [
             res
-            for res in self.held
-            if res.key == cand.key
-            and res.job_key != job.key
+            for res in here
+            if res.job_key != job.key
             and (end > res.start_s or not self.policy.reservation.backfill)
             and not (strict and mine < self.position.get(res.job_key, 0))
         ]
