@@ -29,12 +29,24 @@ def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candida
     """Every (cluster, GPU type) the job may use, with its cost parts."""
     policy = snapshot.policy.placement
     transfer_weight, runtime_weight = policy.transfer_weight, policy.runtime_weight
+    new = tuple.__new__  # Candidate(...) without its __new__'s Python frame
+    if not job.data_cluster or job.data_gb + job.image_gb <= 0:
+        # No data to move (most jobs): every cluster is 0.0 away (see transfer_s), so a
+        # candidate's parts depend on its GPU type alone.
+        parts: dict[str, tuple[float, float, float]] = {}
+        for gpu_type in capacity.types:
+            runtime = runtime_on(job, gpu_type) if job.allows(gpu_type) else None
+            if runtime is not None:
+                cost = transfer_weight * 0.0 + runtime_weight * runtime
+                parts[gpu_type] = (runtime, 0.0, cost)
+        return [
+            new(Candidate, (key, *parts[gpu_type]))
+            for key, gpu_type in capacity.group_types
+            if gpu_type in parts
+        ]
+    out = []
     runtimes: dict[str, float | None] = {}  # per GPU type, and transfers per cluster
     transfers: dict[str, float | None] = {}
-    # No data to move (most jobs): every cluster is 0.0 away (see transfer_s).
-    local = not job.data_cluster or job.data_gb + job.image_gb <= 0
-    new = tuple.__new__  # Candidate(...) without its __new__'s Python frame
-    out = []
     for key in capacity.groups:
         cluster, gpu_type = key
         if gpu_type not in runtimes:
@@ -42,11 +54,9 @@ def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candida
         runtime = runtimes[gpu_type]
         if runtime is None:
             continue
-        transfer: float | None = 0.0
-        if not local:
-            if cluster not in transfers:
-                transfers[cluster] = transfer_s(job, cluster, snapshot)
-            transfer = transfers[cluster]
+        if cluster not in transfers:
+            transfers[cluster] = transfer_s(job, cluster, snapshot)
+        transfer = transfers[cluster]
         if transfer is None:
             continue
         cost = transfer_weight * transfer + runtime_weight * runtime

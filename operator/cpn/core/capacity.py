@@ -86,26 +86,30 @@ def _place(
     """
     chosen: list[str] = []
     need = worker_gpus(job)
-    gpu_memory = job.gpu_memory_gib if need > _EPS else -math.inf
+    cpu_need, memory_need, eps = job.cpu, job.memory_gib, _EPS  # (locals: read per node)
+    gpu_memory = job.gpu_memory_gib if need > eps else -math.inf
     rows: dict[str, list[float]] = {} if free is None else free
     for _ in range(job.workers):
         best: Slot | None = None
         best_left = math.inf
         for slot in slots:
-            row = rows.get(slot.name)
+            row = rows.get(slot.name) if rows else None
             if row is None:
-                gpus, cpu, memory = slot.free_gpus, slot.free_cpu, slot.free_memory_gib
+                gpus = slot.free_gpus
+                if (
+                    need > gpus + eps
+                    or cpu_need > slot.free_cpu + eps
+                    or memory_need > slot.free_memory_gib + eps
+                ):
+                    continue
             else:
                 gpus, cpu, memory = row
-            if (
-                need > gpus + _EPS
-                or job.cpu > cpu + _EPS
-                or job.memory_gib > memory + _EPS
-                or gpu_memory > slot.gpu_memory_gib + _EPS
-            ):
+                if need > gpus + eps or cpu_need > cpu + eps or memory_need > memory + eps:
+                    continue
+            if gpu_memory > slot.gpu_memory_gib + eps:
                 continue
             left = gpus - need
-            if left < best_left - _EPS:
+            if left < best_left - eps:
                 best, best_left = slot, left
                 if left <= 0:  # a fit leaves at least -_EPS: none can beat this one
                     break
@@ -138,6 +142,9 @@ class Capacity:
         for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
             self.groups.setdefault((slot.cluster, slot.gpu_type), []).append(slot)
             self._by_name[(slot.cluster, slot.name)] = slot
+        # each group with its GPU type, and the GPU types in group order (read per job)
+        self.group_types = [(key, key[1]) for key in self.groups]
+        self.types = list(dict.fromkeys(gpu_type for _, gpu_type in self.group_types))
         # ``usable`` never changes within a cycle: the usable nodes of each group, and
         # the others (what a job is told when only a busy node would hold it).
         self.usable = {key: [s for s in slots if s.usable] for key, slots in self.groups.items()}
@@ -294,7 +301,7 @@ class Capacity:
             slot.free_memory_gib -= job.memory_gib
             if slot.free_gpus <= 0 < before:  # no longer one with GPUs free
                 stale = self._stale[key] = self._stale.get(key, 0) + 1
-                if stale * 8 > len(self._open.get(key, ())):  # made again when 1/8 is
+                if stale * 2 > len(self._open.get(key, ())):  # made again when half is
                     self._open.pop(key, None)
                     self._stale[key] = 0
             if until_s is not None:
@@ -372,7 +379,10 @@ class Capacity:
                     if (s.empty() if instant is None else last[s.name] <= instant + _EPS)
                     and free[s.name][0] >= s.gpus - _EPS
                 ]
-            return _place(job, usable, {k: list(v) for k, v in free.items()})
+            # _place changes the rows of the nodes it picks: one worker only once it
+            # fits (and then the search ends); more may change some and still not fit.
+            rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
+            return _place(job, usable, rows)
 
         if not from_empty:
             placed = place(None)

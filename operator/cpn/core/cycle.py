@@ -59,7 +59,7 @@ from cpn.core.queue import (
     order_jobs,
 )
 from cpn.core.quota import QuotaLedger
-from cpn.core.reservations import Reservations
+from cpn.core.reservations import Reservations, held_nodes
 
 #: Waiting for a faster GPU type must save at least this share of completion time.
 DEFER_MARGIN = 0.1
@@ -142,10 +142,11 @@ class _Cycle:
                 continue
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
-            excluded = self.reservations.excluded(job, cand)
+            in_way = self.reservations.in_the_way(job, cand)
+            excluded = held_nodes(in_way)
             nodes = self.capacity.fit(job, cand.key, excluded) if excluded else anywhere
             if nodes is None:
-                nodes = self.reservations.fit_beside(job, cand)
+                nodes = self.reservations.fit_beside(job, cand, in_way)
             if nodes is not None:
                 return self._start(item, cand, nodes)
         return None
@@ -317,7 +318,8 @@ class _Cycle:
 
     def _why_not(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         job = item.job
-        held = any(self.capacity.fit(job, c.key) is not None for c in cands)
+        unfit = self.capacity.known_unfit(job)  # (fit is None there: pass them first)
+        held = any(c.key not in unfit and self.capacity.fit(job, c.key) is not None for c in cands)
         if held:
             return WaitReason.Reservation, reasons.reserved_for(
                 job, (r.job_key for r in self.reservations.held)
