@@ -8,6 +8,9 @@ can reach, costed as ``transfer_weight x transfer + runtime_weight x runtime``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from operator import itemgetter
+
 from cpn.core.capacity import Capacity
 from cpn.core.model import Job, Snapshot
 from cpn.core.placement import Candidate
@@ -25,9 +28,25 @@ def runtime_on(job: Job, gpu_type: str) -> float | None:
 def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candidate]:
     """Every (cluster, GPU type) the job may use, with its cost parts."""
     policy = snapshot.policy.placement
+    transfer_weight, runtime_weight = policy.transfer_weight, policy.runtime_weight
+    new = tuple.__new__  # Candidate(...) without its __new__'s Python frame
+    if not job.data_cluster or job.data_gb + job.image_gb <= 0:
+        # No data to move (most jobs): every cluster is 0.0 away (see transfer_s), so a
+        # candidate's parts depend on its GPU type alone.
+        parts: dict[str, tuple[float, float, float]] = {}
+        for gpu_type in capacity.types:
+            runtime = runtime_on(job, gpu_type) if job.allows(gpu_type) else None
+            if runtime is not None:
+                cost = transfer_weight * 0.0 + runtime_weight * runtime
+                parts[gpu_type] = (runtime, 0.0, cost)
+        return [
+            new(Candidate, (key, *parts[gpu_type]))
+            for key, gpu_type in capacity.group_types
+            if gpu_type in parts
+        ]
+    out = []
     runtimes: dict[str, float | None] = {}  # per GPU type, and transfers per cluster
     transfers: dict[str, float | None] = {}
-    out = []
     for key in capacity.groups:
         cluster, gpu_type = key
         if gpu_type not in runtimes:
@@ -40,15 +59,24 @@ def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candida
         transfer = transfers[cluster]
         if transfer is None:
             continue
-        cost = policy.transfer_weight * transfer + policy.runtime_weight * runtime
-        out.append(Candidate(key, runtime, transfer, cost))  # (positional: faster)
+        cost = transfer_weight * transfer + runtime_weight * runtime
+        out.append(new(Candidate, (key, runtime, transfer, cost)))
     return out
 
 
-def order_candidates(method: str, cands: list[Candidate]) -> list[Candidate]:
-    """``cands`` in the order placement ``method`` tries them (cheapest first by default)."""
-    if method == "first-fit":
-        return sorted(cands, key=lambda c: c.key)
-    if method == "fastest":
-        return sorted(cands, key=lambda c: (c.runtime_s, c.key))
-    return sorted(cands, key=lambda c: (c.cost, c.key))
+#: Sort keys of :func:`in_order` (C-level: no Python call per candidate).
+_BY_KEY = itemgetter(0)
+_BY_RUNTIME = itemgetter(1, 0)
+_BY_COST = itemgetter(3, 0)
+
+
+def in_order(method: str, cands: list[Candidate]) -> Iterator[Candidate]:
+    """``cands`` in the order placement ``method`` tries them (cheapest first by
+    default), lazily: the first (the one that most often fits) without sorting the rest."""
+    if not cands:
+        return
+    key = _BY_KEY if method == "first-fit" else _BY_RUNTIME if method == "fastest" else _BY_COST
+    first = min(cands, key=key)  # sort keys are unique (they end with the group)
+    yield first
+    rest = sorted(cands, key=key)
+    yield from rest[1:]

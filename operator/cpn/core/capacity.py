@@ -86,26 +86,30 @@ def _place(
     """
     chosen: list[str] = []
     need = worker_gpus(job)
-    gpu_memory = job.gpu_memory_gib if need > _EPS else -math.inf
+    cpu_need, memory_need, eps = job.cpu, job.memory_gib, _EPS  # (locals: read per node)
+    gpu_memory = job.gpu_memory_gib if need > eps else -math.inf
     rows: dict[str, list[float]] = {} if free is None else free
     for _ in range(job.workers):
         best: Slot | None = None
         best_left = math.inf
         for slot in slots:
-            row = rows.get(slot.name)
+            row = rows.get(slot.name) if rows else None
             if row is None:
-                gpus, cpu, memory = slot.free_gpus, slot.free_cpu, slot.free_memory_gib
+                gpus = slot.free_gpus
+                if (
+                    need > gpus + eps
+                    or cpu_need > slot.free_cpu + eps
+                    or memory_need > slot.free_memory_gib + eps
+                ):
+                    continue
             else:
                 gpus, cpu, memory = row
-            if (
-                need > gpus + _EPS
-                or job.cpu > cpu + _EPS
-                or job.memory_gib > memory + _EPS
-                or gpu_memory > slot.gpu_memory_gib + _EPS
-            ):
+                if need > gpus + eps or cpu_need > cpu + eps or memory_need > memory + eps:
+                    continue
+            if gpu_memory > slot.gpu_memory_gib + eps:
                 continue
             left = gpus - need
-            if left < best_left - _EPS:
+            if left < best_left - eps:
                 best, best_left = slot, left
                 if left <= 0:  # a fit leaves at least -_EPS: none can beat this one
                     break
@@ -124,6 +128,13 @@ def _place(
 class Capacity:
     """Per-node free resources, grouped by (cluster, GPU type)."""
 
+    _NO_LAST: tuple[Job | None, Shape, bool, set[GroupKey]] = (
+        None,
+        (0.0, 0, 0.0, 0.0, 0.0),
+        False,
+        set(),
+    )
+
     def __init__(self, slots: Iterable[Slot], policy: QueuePolicy | None = None) -> None:
         self.policy = policy
         self.groups: dict[GroupKey, list[Slot]] = {}
@@ -131,6 +142,9 @@ class Capacity:
         for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
             self.groups.setdefault((slot.cluster, slot.gpu_type), []).append(slot)
             self._by_name[(slot.cluster, slot.name)] = slot
+        # each group with its GPU type, and the GPU types in group order (read per job)
+        self.group_types = [(key, key[1]) for key in self.groups]
+        self.types = list(dict.fromkeys(gpu_type for _, gpu_type in self.group_types))
         # ``usable`` never changes within a cycle: the usable nodes of each group, and
         # the others (what a job is told when only a busy node would hold it).
         self.usable = {key: [s for s in slots if s.usable] for key, slots in self.groups.items()}
@@ -139,14 +153,18 @@ class Capacity:
         }
         self._alone_groups: set[GroupKey] = set()  # groups where a node may be held alone
         self._free: dict[GroupKey, float] = {}  # free GPUs of a group's usable nodes
-        self._open: dict[GroupKey, list[Slot]] = {}  # its usable nodes with GPUs free
+        # its usable nodes with GPUs free, and perhaps a few taken full since (_place
+        # passes over a node with none free, so they change no answer): how many
+        self._open: dict[GroupKey, list[Slot]] = {}
+        self._stale: dict[GroupKey, int] = {}
         # Capacity only shrinks while a cycle decides starts, so a shape that does not
         # fit a group stays unfit until something is released: remember it.
-        self._unfit: set[tuple[Shape, GroupKey, frozenset[str], bool]] = set()
+        # (per shape, nodes excluded and alone: the groups it does not fit)
+        self._unfit: dict[tuple[Shape, frozenset[str], bool], set[GroupKey]] = {}
         self._ever: dict[tuple[Shape, GroupKey], bool] = {}
         self._alone: set[str] = set()  # jobs that hold their nodes alone
         self._running: set[str] = set()  # jobs of the snapshot's running list
-        self._last: tuple[Job | None, Shape, bool] = (None, (0.0, 0, 0.0, 0.0, 0.0), False)
+        self._last: tuple[Job | None, Shape, bool, set[GroupKey]] = self._NO_LAST
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -203,12 +221,12 @@ class Capacity:
         self, job: Job, key: GroupKey, exclude: frozenset[str] = frozenset()
     ) -> tuple[str, ...] | None:
         """Nodes for each worker of ``job`` in group ``key`` now, or None."""
-        last, last_shape, alone = self._last
-        if job is not last:  # callers ask about one job many times in a row
-            last_shape, alone = shape(job), self.alone(job)
-            self._last = (job, last_shape, alone)
-        memo = (last_shape, key, exclude, alone)
-        if memo in self._unfit:
+        if job is not self._last[0]:  # callers ask about one job many times in a row
+            self.known_unfit(job)
+        _, last_shape, alone, unfit = self._last
+        if exclude:
+            unfit = self._unfit.setdefault((last_shape, exclude, alone), set())
+        if key in unfit:
             return None
         slots = self._room(key, last_shape[0])
         if exclude or alone or key in self._alone_groups:
@@ -219,8 +237,18 @@ class Capacity:
             ]
         placed = _place(job, slots)
         if placed is None:
-            self._unfit.add(memo)
+            unfit.add(key)
         return placed
+
+    def known_unfit(self, job: Job) -> set[GroupKey]:
+        """Groups :meth:`fit` already found ``job``'s shape does not fit now, none
+        excluded (it stays unfit there until :meth:`release`). Read, do not change."""
+        last, _, _, unfit = self._last
+        if job is not last:
+            last_shape, alone = shape(job), self.alone(job)
+            unfit = self._unfit.setdefault((last_shape, frozenset(), alone), set())
+            self._last = (job, last_shape, alone, unfit)
+        return unfit
 
     def fits_but_for_alone(self, job: Job, key: GroupKey) -> bool:
         """For a ``job`` that does not fit in ``key`` now (:meth:`fit` is None): True if
@@ -267,11 +295,15 @@ class Capacity:
                 slot.alone_until = math.inf if until_s is None else until_s
         for name in nodes:
             slot = self._by_name[(key[0], name)]
+            before = slot.free_gpus
             slot.free_gpus -= need
             slot.free_cpu -= job.cpu
             slot.free_memory_gib -= job.memory_gib
-            if slot.free_gpus <= 0:  # off the group's nodes with GPUs free
-                self._open.pop(key, None)
+            if slot.free_gpus <= 0 < before:  # no longer one with GPUs free
+                stale = self._stale[key] = self._stale.get(key, 0) + 1
+                if stale * 2 > len(self._open.get(key, ())):  # made again when half is
+                    self._open.pop(key, None)
+                    self._stale[key] = 0
             if until_s is not None:
                 slot.releases.append((until_s, need, job.cpu, job.memory_gib))
                 slot.releases.sort()
@@ -279,8 +311,10 @@ class Capacity:
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
         self._unfit.clear()
+        self._last = self._NO_LAST
         self._free.clear()
         self._open.clear()
+        self._stale.clear()
         need = worker_gpus(job)
         for name in set(nodes):
             slot = self._by_name.get((cluster, name))
@@ -345,7 +379,10 @@ class Capacity:
                     if (s.empty() if instant is None else last[s.name] <= instant + _EPS)
                     and free[s.name][0] >= s.gpus - _EPS
                 ]
-            return _place(job, usable, {k: list(v) for k, v in free.items()})
+            # _place changes the rows of the nodes it picks: one worker only once it
+            # fits (and then the search ends); more may change some and still not fit.
+            rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
+            return _place(job, usable, rows)
 
         if not from_empty:
             placed = place(None)

@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 
 from cpn.core import reasons
-from cpn.core.candidates import candidates, order_candidates
+from cpn.core.candidates import candidates, in_order
 from cpn.core.capacity import Capacity, worker_gpus
 from cpn.core.model import (
     CyclePlan,
@@ -59,7 +59,7 @@ from cpn.core.queue import (
     order_jobs,
 )
 from cpn.core.quota import QuotaLedger
-from cpn.core.reservations import Reservations
+from cpn.core.reservations import Reservations, held_nodes
 
 #: Waiting for a faster GPU type must save at least this share of completion time.
 DEFER_MARGIN = 0.1
@@ -132,17 +132,21 @@ class _Cycle:
         self, item: Ranked, cands: list[Candidate], *, borrowing: bool = False
     ) -> Start | None:
         job = item.job
-        for cand in order_candidates(self.policy.placement.method, cands):
+        unfit = self.capacity.known_unfit(job)
+        if unfit:  # (they would fit nowhere below: pass them before ordering)
+            cands = [c for c in cands if c.key not in unfit]
+        for cand in in_order(self.policy.placement.method, cands):
             # No room even on reserved nodes: none with them excluded, none beside them.
             anywhere = self.capacity.fit(job, cand.key)
             if anywhere is None:
                 continue
             if not borrowing and self.quota.exceeds(job, cand.key[1]):
                 continue
-            excluded = self.reservations.excluded(job, cand)
+            in_way = self.reservations.in_the_way(job, cand)
+            excluded = held_nodes(in_way)
             nodes = self.capacity.fit(job, cand.key, excluded) if excluded else anywhere
             if nodes is None:
-                nodes = self.reservations.fit_beside(job, cand)
+                nodes = self.reservations.fit_beside(job, cand, in_way)
             if nodes is not None:
                 return self._start(item, cand, nodes)
         return None
@@ -314,7 +318,8 @@ class _Cycle:
 
     def _why_not(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         job = item.job
-        held = any(self.capacity.fit(job, c.key) is not None for c in cands)
+        unfit = self.capacity.known_unfit(job)  # (fit is None there: pass them first)
+        held = any(c.key not in unfit and self.capacity.fit(job, c.key) is not None for c in cands)
         if held:
             return WaitReason.Reservation, reasons.reserved_for(
                 job, (r.job_key for r in self.reservations.held)

@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import highspy
 import pulp
@@ -77,9 +78,12 @@ RANK_HALF_LIFE = 4.0
 _TIE = 1e-6
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """Where a job could run, and what it would cost there."""
+class Candidate(NamedTuple):
+    """Where a job could run, and what it would cost there.
+
+    A named tuple, not a frozen dataclass: every cycle makes one per job and group
+    (400,000 at 10,000 pending over 40 groups), and a tuple is made in half the time.
+    """
 
     key: GroupKey
     runtime_s: float

@@ -43,6 +43,11 @@ class Reserved:
         return self.job.key
 
 
+def held_nodes(in_way: list[Reserved]) -> frozenset[str]:
+    """The nodes the reservations ``in_way`` hold."""
+    return frozenset().union(*(res.nodes for res in in_way)) if in_way else frozenset()
+
+
 class Reservations:
     """The reservations of one cycle, in ``held``; ``position`` is each job's rank."""
 
@@ -64,12 +69,15 @@ class Reservations:
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
 
-    def _in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
+    def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
 
         Under a strict order a reservation does not hold room against jobs ranked
         above its holder: they block it anyway, so holding it would only idle it.
         """
+        here = [res for res in self.held if res.key == cand.key]
+        if not here:  # (most groups hold none: skip the rest)
+            return here
         # Backfill must end before the reservation starts even if it runs long: judged
         # on the estimate's high quantile, not its median (conservative backfilling).
         high = job.estimate.high_s.get(cand.key[1], cand.runtime_s)
@@ -78,17 +86,15 @@ class Reservations:
         mine = self.position.get(job.key, 0)
         return [
             res
-            for res in self.held
-            if res.key == cand.key
-            and res.job_key != job.key
+            for res in here
+            if res.job_key != job.key
             and (end > res.start_s or not self.policy.reservation.backfill)
             and not (strict and mine < self.position.get(res.job_key, 0))
         ]
 
     def excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
         """Nodes of ``cand`` this job may not use because a reservation holds them."""
-        in_way = self._in_the_way(job, cand) if self.held else ()
-        return frozenset().union(*(res.nodes for res in in_way)) if in_way else frozenset()
+        return held_nodes(self.in_the_way(job, cand))
 
     def _moved(
         self, res: Reserved, others: Sequence[Reserved], *, free_now: bool = False
@@ -120,7 +126,9 @@ class Reservations:
                 return Reserved(job=job, key=key, nodes=frozenset(found[1]), start_s=found[0])
         return None
 
-    def fit_beside(self, job: Job, cand: Candidate) -> tuple[str, ...] | None:
+    def fit_beside(
+        self, job: Job, cand: Candidate, in_way: list[Reserved]
+    ) -> tuple[str, ...] | None:
         """Room on reserved nodes that their reservations can do without (backfill by resource).
 
         A reservation holds whole nodes against :meth:`excluded`; here ``job`` may
@@ -128,8 +136,8 @@ class Reservations:
         nodes or moved to other room (a reservation that could start now on room free
         now must still find room free now: room of a job past its predicted end
         frees "now" only on paper). Tried on one reserved node at a time, then on all.
+        ``in_way``: :meth:`in_the_way` of ``job`` and ``cand``, as it stands.
         """
-        in_way = self._in_the_way(job, cand) if self.held else []
         if not in_way or not self.policy.reservation.backfill:
             return None
         # Capacity only shrinks in the walk: a shape that found no room beside some
