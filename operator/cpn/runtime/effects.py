@@ -59,7 +59,12 @@ class Learn:
     """Feed the estimator the finished job's real runtime."""
 
 
-Effect = Event | WriteStatus | DeleteJob | CreateJob | Kick | Count | Learn
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Forget the job's waits (the AIJob is gone): the wait calibration drops it."""
+
+
+Effect = Event | WriteStatus | DeleteJob | CreateJob | Kick | Count | Learn | Forget
 
 WRITE = WriteStatus()
 KICK = Kick()

@@ -58,6 +58,8 @@ class Following:
                     self.state.observer.retrying()
             elif isinstance(effect, effects.Learn):
                 self._learn(record)
+            elif isinstance(effect, effects.Forget):
+                self.state.calibrator.forget(record.key)
 
     def _learn(self, record: Record) -> None:
         self.state.learned.add(record.uid)

@@ -57,7 +57,6 @@ class RuntimeState:
         self.estimator = estimator
         self.members: dict[str, Member] = {}
         self.member_status: dict[str, tuple[bool, str]] = {}
-        self.namespaces: dict[str, Mapping[str, str]] = {}
         self.clock = clock
         self.post_event: EventPoster = post_event if post_event is not None else self._post_event
         self.pool = ThreadPoolExecutor(
@@ -111,14 +110,6 @@ class RuntimeState:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
-
-    def owner_of(self, namespace: str) -> tuple[str, str]:
-        """User and group of a namespace: the policy's mapping, then its labels, then its name."""
-        mapped = self.store.policy.namespaces.get(namespace)
-        if mapped:
-            return mapped
-        labels = self.namespaces.get(namespace, {})
-        return labels.get(k.LABEL_USER, namespace), labels.get(k.LABEL_GROUP, namespace)
 
     def _post_event(
         self, body: Mapping[str, Any], reason: str, message: str, warning: bool
