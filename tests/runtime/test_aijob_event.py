@@ -13,9 +13,11 @@ import pytest
 
 from cpn.api import constants as k
 from cpn.config import OperatorConfig
+from cpn.runtime import lifecycle
 from cpn.runtime.engine import Runtime
 from cpn.runtime.hubwatch import HubWatch
 from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
+from tests.runtime.test_alone_status import ModelEstimator, with_model
 from tests.runtime.test_store import FixedEstimator, body
 
 
@@ -83,3 +85,29 @@ def test_watch_events_of_one_aijob_from_created_to_deleted(runtime):
     state.kicked.clear()
     watch.aijob_event("DELETED", {"metadata": doc["metadata"]})
     assert "ns/a" not in runtime.store.records and state.kicked.is_set()
+
+
+def test_a_finished_jobs_runtime_is_learned_by_the_next_cycle_once():
+    """Succeeded: its UID counts as seen at once (a re-list does not learn it again); the
+    estimator sees its runtime when the loop next cycles, before the snapshot, and the
+    waiting jobs of its model are estimated again then."""
+    estimator = ModelEstimator()
+    runtime = Runtime(
+        OperatorConfig(),
+        FakeHub(),
+        estimator,
+        clock=FakeClock(now=100.0, wall_s=100.0),
+        leadership=FakeLeadership(),
+    )
+    runtime.store.set_gpu_types(["a100"])
+    for name in ("a", "b"):
+        runtime.hub_watch.aijob_event("ADDED", with_model(name, f"uid-{name}"))
+    done, waiting = runtime.store.records["ns/a"], runtime.store.records["ns/b"]
+    done.phase, done.cluster, done.gpu_type, done.start_s = k.PHASE_RUNNING, "m1", "a100", 40.0
+    runtime.following.carry_out(done, lifecycle.succeeded(done, 100.0))
+    assert "uid-a" in runtime.state.learned and estimator.seen == set()
+    assert waiting.job is not None and waiting.job.estimate.new_model
+    assert runtime.following.learn() == 1 and runtime.following.learn() == 0
+    assert estimator.seen == {"llama3"} and not waiting.job.estimate.new_model
+    runtime.pool.shutdown(wait=True)
+    runtime.write_pool.shutdown(wait=True)

@@ -56,7 +56,8 @@ class Count:
 
 @dataclass(frozen=True, slots=True)
 class Learn:
-    """Feed the estimator the finished job's real runtime."""
+    """Feed the estimator the finished job's real runtime (queued: it learns before the
+    next cycle's snapshot)."""
 
 
 @dataclass(frozen=True, slots=True)
