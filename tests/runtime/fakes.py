@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cpn.api import constants as k
+from cpn.api.aijobread import read_aijob
+from cpn.runtime.store import Record, Store
+
 
 @dataclass
 class FakeClock:
@@ -96,3 +100,13 @@ class FakeMember:
 
     def stop(self) -> None:
         self.stopped = True
+
+
+def upsert(store: Store, body: Mapping[str, Any], *, user: str, group: str) -> Record:
+    """What a watch event of AIJob ``body`` does to ``store``, its namespace owned by
+    ``user`` and ``group`` (its labels say so, as the hub's would)."""
+    namespace = body["metadata"]["namespace"]
+    store.set_namespace(namespace, {k.LABEL_USER: user, k.LABEL_GROUP: group})
+    arrival = store.put(read_aijob(body))
+    assert arrival is not None
+    return arrival.record

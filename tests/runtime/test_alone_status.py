@@ -13,6 +13,7 @@ from cpn.core.policy import QueuePolicy
 from cpn.runtime.lifecycle import requeued
 from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
+from tests.runtime.fakes import upsert
 from tests.runtime.test_store import body
 
 NOW = 1767225600.0
@@ -42,7 +43,7 @@ def with_model(name: str, uid: str, model: str = "llama3") -> dict[str, Any]:
 
 def test_a_job_running_alone_says_why_and_keeps_its_nodes_after_a_restart() -> None:
     store = Store(QueuePolicy(), ModelEstimator())
-    rec = store.upsert(with_model("a", "uid-1"), user="u", group="g")
+    rec = upsert(store, with_model("a", "uid-1"), user="u", group="g")
     rec.phase, rec.cluster, rec.gpu_type, rec.nodes = k.PHASE_RUNNING, "m1", "A100", ("n1",)
     rec.member_job, rec.start_s, rec.reason, rec.alone = "a-1", NOW - 10, "Running", True
     rec.message = "running on m1 (A100)"
@@ -54,14 +55,14 @@ def test_a_job_running_alone_says_why_and_keeps_its_nodes_after_a_restart() -> N
         in (admitted["message"])
     )
     restarted = Store(QueuePolicy(), ModelEstimator())
-    again = restarted.upsert({**with_model("a", "uid-1"), "status": status}, user="u", group="g")
+    again = upsert(restarted, {**with_model("a", "uid-1"), "status": status}, user="u", group="g")
     (item,) = restarted.snapshot(NOW, [], {}).running
     assert again.alone and item.alone
 
 
 def test_a_requeued_job_no_longer_runs_alone_nor_says_so() -> None:
     store = Store(QueuePolicy(), ModelEstimator())
-    rec = store.upsert(with_model("a", "uid-1"), user="u", group="g")
+    rec = upsert(store, with_model("a", "uid-1"), user="u", group="g")
     rec.phase, rec.cluster, rec.nodes, rec.alone = k.PHASE_RUNNING, "m1", ("n1",), True
     back = requeued(rec, reason="Preempted", message="preempted", event="Preempted").record
     assert not back.alone
@@ -73,9 +74,9 @@ def test_waiting_jobs_of_a_model_are_new_until_one_finished() -> None:
     estimator = ModelEstimator()
     store = Store(QueuePolicy(), estimator)
     store.set_gpu_types(["A100-80GB"])
-    store.upsert(with_model("a", "uid-1"), user="u", group="g")
-    store.upsert(with_model("b", "uid-2", model="bert-large"), user="u", group="g")
-    store.upsert(body("c", "uid-3"), user="u", group="g")  # no model: never new
+    upsert(store, with_model("a", "uid-1"), user="u", group="g")
+    upsert(store, with_model("b", "uid-2", model="bert-large"), user="u", group="g")
+    upsert(store, body("c", "uid-3"), user="u", group="g")  # no model: never new
     news = {j.key: j.estimate.new_model for j in store.snapshot(0.0, [], {}).pending}
     assert news == {"ns/a": True, "ns/b": True, "ns/c": False}
     done = store.records["ns/a"].job

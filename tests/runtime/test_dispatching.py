@@ -17,7 +17,7 @@ from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.state import RuntimeState
 from cpn.runtime.store import Record
 from tests.builders import snapshot
-from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
+from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember, upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 START = Start(job_key="ns/a", cluster="m1", gpu_type="a100", nodes=("n1",), predicted_runtime_s=60)
@@ -33,7 +33,7 @@ def dispatcher(config: OperatorConfig) -> tuple[Dispatching, RuntimeState, Recor
         leadership=FakeLeadership(),
     )
     following = Following(state)
-    record = state.store.upsert(body("a", "uid-a"), user="u", group="g")
+    record = upsert(state.store, body("a", "uid-a"), user="u", group="g")
     return Dispatching(state, HubWrites(state), following), state, record
 
 

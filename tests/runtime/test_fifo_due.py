@@ -10,6 +10,7 @@ from cpn.core.policy import QueuePolicy
 from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
 from tests.builders import cluster, nodes
+from tests.runtime.fakes import upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 A100 = "A100-80GB"
@@ -35,11 +36,11 @@ def test_due_times_are_stamped_once_in_submit_order():
     """The first cycle to see a job stamps its due time from the work ahead of it (60 s
     per one-GPU job over 2 GPUs); later cycles keep it and stamp only newcomers."""
     s = store()
-    s.upsert(aijob("b", "uid-b", "2026-01-01T00:00:10Z"), user="u", group="g")
-    s.upsert(aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
+    upsert(s, aijob("b", "uid-b", "2026-01-01T00:00:10Z"), user="u", group="g")
+    upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
     first = s.snapshot(NOW, FLEET, {})
     assert {j.key: j.fifo_due_s for j in first.pending} == {"ns/a": NOW, "ns/b": NOW + 30}
-    s.upsert(aijob("c", "uid-c", "2026-01-01T00:00:20Z"), user="u", group="g")
+    upsert(s, aijob("c", "uid-c", "2026-01-01T00:00:20Z"), user="u", group="g")
     later = s.snapshot(NOW + 100, FLEET, {})
     assert {j.key: j.fifo_due_s for j in later.pending} == {
         "ns/a": NOW,
@@ -51,7 +52,7 @@ def test_due_times_are_stamped_once_in_submit_order():
 
 def test_no_stamp_without_gpus_then_stamped_when_capacity_appears():
     s = store()
-    s.upsert(aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
+    upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
     assert [j.fifo_due_s for j in s.snapshot(NOW, [], {}).pending] == [None]
     assert s.records["ns/a"].fifo_due_s is None
     assert [j.fifo_due_s for j in s.snapshot(NOW + 5, FLEET, {}).pending] == [NOW + 5]
@@ -61,18 +62,18 @@ def test_the_due_time_is_in_the_status_and_survives_a_restart():
     """status.fifoDue shows it (RFC 3339); a new store built from that status keeps it and
     does not stamp the job again, whatever the backlog is now."""
     s = store()
-    s.upsert(aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
-    s.upsert(aijob("b", "uid-b", "2026-01-01T00:00:10Z"), user="u", group="g")
+    upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
+    upsert(s, aijob("b", "uid-b", "2026-01-01T00:00:10Z"), user="u", group="g")
     s.snapshot(NOW, FLEET, {})
     status, _ = render_status(s.records["ns/b"], NOW)
     assert status["fifoDue"] == "2026-01-01T00:01:30Z"
     unstamped, _ = render_status(
-        store().upsert(aijob("x", "u-x", "2026-01-01T00:00:00Z"), user="u", group="g"), NOW
+        upsert(store(), aijob("x", "u-x", "2026-01-01T00:00:00Z"), user="u", group="g"), NOW
     )
     assert "fifoDue" not in unstamped
 
     again = store()
-    again.upsert(aijob("b", "uid-b", "2026-01-01T00:00:10Z", status), user="u", group="g")
+    upsert(again, aijob("b", "uid-b", "2026-01-01T00:00:10Z", status), user="u", group="g")
     assert again.records["ns/b"].fifo_due_s == NOW + 30
     snap = again.snapshot(NOW + 500, FLEET, {})
     assert [j.fifo_due_s for j in snap.pending] == [NOW + 30]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from cpn.adapters.prometheus import MetricsSource, Reading, Sample, _keyed
 from cpn.api import constants as k
+from cpn.api.aijobread import GpuUsage, usage_from_status
 from cpn.core.policy import QueuePolicy
-from cpn.runtime.gpuusage import GpuUsage, job_usage, usage_from_status
+from cpn.runtime.gpuusage import job_usage
 from cpn.runtime.lifecycle import requeued
 from cpn.runtime.ports import GpuReading
 from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
+from tests.runtime.fakes import upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 NOW = 1767225600.0
@@ -70,7 +72,7 @@ def test_the_adapter_keeps_fresh_pod_samples_per_gpu() -> None:
 
 def running_record():
     store = Store(QueuePolicy(), FixedEstimator())
-    rec = store.upsert(body("a", "uid-1"), user="u", group="g")
+    rec = upsert(store, body("a", "uid-1"), user="u", group="g")
     rec.phase, rec.cluster, rec.nodes, rec.member_job = k.PHASE_RUNNING, "m1", ("n1",), "a-1"
     rec.start_s, rec.reason = NOW - 60, "Running"
     rec.gpu_usage = GpuUsage(util_pct=87.25, memory_mib=6553.6, at_s=NOW - 4)

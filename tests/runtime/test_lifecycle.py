@@ -13,8 +13,8 @@ from cpn.core.gang import judge_start
 from cpn.core.model import Start
 from cpn.core.policy import Retry
 from cpn.runtime import lifecycle
-from cpn.runtime.effects import KICK, WRITE, Count, CreateJob, DeleteJob, Event, Learn
-from cpn.runtime.store import Record
+from cpn.runtime.effects import KICK, WRITE, Count, CreateJob, DeleteJob, Event, Forget, Learn
+from cpn.runtime.store import Arrival, Record
 from tests.runtime.fakes import FakeClock
 from tests.runtime.test_status_render import record
 
@@ -368,3 +368,58 @@ def test_a_record_whose_spec_did_not_parse_is_not_dispatched():
     invalid = record(job=None, invalid="spec.resources: required")
     step = lifecycle.dispatched(invalid, START, None, 2000.0, nonce="n", restart_cost_s=0.0)
     assert step.record is invalid and step.effects == ()
+
+
+def test_an_aijob_deleted_while_it_runs_has_its_member_job_deleted_and_is_forgotten():
+    """Deleted (the store let it go): its member Job deleted, its waits forgotten, a cycle;
+    a queued one has no Job to delete."""
+    running = dispatched(phase=k.PHASE_RUNNING)
+    step = lifecycle.arrived(Arrival(running, changed=True, gone=True))
+    assert step.record is running
+    assert step.effects == (DeleteJob("m1", "a-1"), Forget(), KICK)
+    step = lifecycle.arrived(Arrival(record(), changed=True, gone=True))
+    assert step.effects == (Forget(), KICK)
+
+
+@pytest.mark.parametrize(
+    ("arrival", "effects"),
+    [
+        # its own status write echoed back: nothing to do
+        (Arrival(dispatched(), changed=False), ()),
+        # a new spec: a cycle
+        (Arrival(dispatched(), changed=True), (KICK,)),
+        # held by someone else's finalizer: its member Job stopped now
+        (
+            Arrival(dispatched(), changed=True, began_deleting=True),
+            (DeleteJob("m1", "a-1"), KICK),
+        ),
+        # an unknown queue is told once per change, not on its status writes
+        (
+            Arrival(record(unknown_queue="no such queue"), changed=True),
+            (Event("UnknownQueue", "no such queue", True), KICK),
+        ),
+        (Arrival(record(unknown_queue="no such queue"), changed=False), ()),
+        (Arrival(record(unknown_queue="x", phase=k.PHASE_SUCCEEDED), changed=True), (KICK,)),
+        # suspended while waiting: the cycle leaves it (no Job to stop)
+        (Arrival(record({"suspend": True}), changed=True), (KICK,)),
+    ],
+)
+def test_an_aijob_event_asks_for_what_its_change_needs(arrival, effects):
+    step = lifecycle.arrived(arrival)
+    assert step.record is arrival.record
+    assert step.effects == effects
+
+
+def test_spec_suspend_on_a_running_job_stops_its_member_job_and_keeps_it_suspended():
+    """``spec.suspend`` set while it runs: :func:`lifecycle.suspended`, then a cycle."""
+    running = dispatched(phase=k.PHASE_RUNNING)
+    running.job = replace(running.job, suspended=True)
+    step = lifecycle.arrived(Arrival(running, changed=True))
+    assert step.record.phase == k.PHASE_SUSPENDED
+    assert_unplaced(step.record)
+    assert step.effects == (
+        DeleteJob("m1", "a-1"),
+        Event("Suspended", step.record.message),
+        WRITE,
+        KICK,
+    )

@@ -9,6 +9,7 @@ import pytest
 from cpn.api import constants as k
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.runtime.store import Record, Store, preempted, preemption_status
+from tests.runtime.fakes import upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 RULES = Preemption(enabled=True, restart_cost_s=10.0, checkpoint_interval_s=30.0)
@@ -19,7 +20,7 @@ def running(spec: dict[str, Any] | None = None, **status: Any) -> tuple[Store, R
     doc["spec"].update({"checkpoint": True, **(spec or {})})
     doc["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z", **status}
     store = Store(QueuePolicy(), FixedEstimator())
-    return store, store.upsert(doc, user="u", group="g")
+    return store, upsert(store, doc, user="u", group="g")
 
 
 def test_a_first_preemption_keeps_whole_intervals_and_counts_all_it_ran() -> None:
@@ -68,7 +69,7 @@ def test_preemption_status_survives_a_restart_and_feeds_attained_service() -> No
     doc = body("a", "uid-1")
     doc["spec"]["checkpoint"] = True
     doc["status"] = {"phase": "Queued", **status}
-    again = Store(QueuePolicy(), FixedEstimator()).upsert(doc, user="u", group="g")
+    again = upsert(Store(QueuePolicy(), FixedEstimator()), doc, user="u", group="g")
     assert preemption_status(again) == status
     assert again.job is not None and again.job.attained_gpu_s == pytest.approx(95.0)
 

@@ -12,7 +12,7 @@ from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.ports import CallFailed
 from cpn.runtime.state import RuntimeState
 from cpn.runtime.store import Record
-from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership
+from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 WALL = 1767225600.0
@@ -31,7 +31,7 @@ def hub_writes() -> tuple[HubWrites, RuntimeState, FakeHub]:
 
 
 def waiting(state: RuntimeState, name: str, start_in_s: float) -> Record:
-    record = state.store.upsert(body(name, f"uid-{name}"), user="u", group="g")
+    record = upsert(state.store, body(name, f"uid-{name}"), user="u", group="g")
     record.eta_start_s = WALL + start_in_s
     return record
 

@@ -13,7 +13,7 @@ from cpn.config import OperatorConfig
 from cpn.core.health import Probe, Probes
 from cpn.runtime.engine import Runtime
 from cpn.runtime.ports import CallFailed
-from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
+from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember, upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 
@@ -29,7 +29,7 @@ def shell():
         clock=clock,
         leadership=FakeLeadership(),
     )
-    record = runtime.store.upsert(body("a", "uid-a"), user="u", group="g")
+    record = upsert(runtime.store, body("a", "uid-a"), user="u", group="g")
     record.phase, record.attempts, record.cluster = k.PHASE_DISPATCHED, 1, "m1"
     record.member_job, record.gpu_type, record.dispatch_s = "a-1", "a100", 100.0
     yield runtime, hub, clock, record
@@ -112,7 +112,7 @@ def test_deleting_a_ready_member_deletes_its_jobs_there_and_requeues_them(shell)
     member = FakeMember("m1")
     runtime.members["m1"] = member
     runtime.probes["m1"] = Probes().add(Probe(True, clock.monotonic()))
-    other = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    other = upsert(runtime.store, body("b", "uid-b"), user="u", group="g")
     other.phase, other.attempts, other.cluster, other.member_job = k.PHASE_RUNNING, 1, "m2", "b-1"
     removed(runtime)
     assert member.deleted == ["a-1"] and member.stopped and "m1" not in runtime.members
@@ -153,7 +153,7 @@ def test_a_job_on_a_member_removed_while_the_operator_was_down_is_requeued_at_st
     runtime, hub, _, record = shell
     runtime.members["m2"] = FakeMember("m2")
     hub.member_bodies = [{"metadata": {"name": "m2"}, "spec": {}}]
-    other = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    other = upsert(runtime.store, body("b", "uid-b"), user="u", group="g")
     other.phase, other.attempts, other.cluster, other.member_job = k.PHASE_RUNNING, 1, "m2", "b-1"
     asyncio.run(runtime.connect_members())
     assert (record.phase, record.reason, record.cluster) == (k.PHASE_QUEUED, "MemberRemoved", "")
@@ -226,7 +226,7 @@ def test_etas_are_stated_through_the_calibrator_and_the_job_is_followed(shell):
     running.phase, running.nodes, running.gpu_type = k.PHASE_RUNNING, ("m1-0",), "A100-80GB"
     running.start_s, running.predicted_runtime_s = 100.0, 300.0
     runtime.store.set_gpu_types(["A100-80GB"])
-    queued = runtime.store.upsert(body("b", "uid-b"), user="u", group="g")
+    queued = upsert(runtime.store, body("b", "uid-b"), user="u", group="g")
     busy = nodes("m1", 1, gpus=1, free=[0.0])
     runtime.membership.clusters_view = lambda: ([cluster("m1", busy)], {})  # type: ignore[method-assign]
     runtime.calibrator = WaitCalibrator()

@@ -13,6 +13,7 @@ from cpn.core.model import Hold, WaitReason
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.status import PENDING_MESSAGE, queue_of, render_status
 from cpn.runtime.store import Record, Store
+from tests.runtime.fakes import upsert
 from tests.runtime.test_store import FixedEstimator, body
 
 NOW = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -21,7 +22,7 @@ NOW = 1767225600.0  # 2026-01-01T00:00:00Z
 def record(spec: dict[str, Any] | None = None, **fields: Any) -> Record:
     doc = body("a", "uid-1")
     doc["spec"].update(spec or {})
-    rec = Store(QueuePolicy(), FixedEstimator()).upsert(doc, user="u", group="g")
+    rec = upsert(Store(QueuePolicy(), FixedEstimator()), doc, user="u", group="g")
     for name, value in fields.items():
         setattr(rec, name, value)
     return rec

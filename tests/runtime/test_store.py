@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from cpn.api import constants as k
+from cpn.api.aijobread import read_aijob
 from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
+from cpn.runtime import store as store_module
 from cpn.runtime.status import render_status
 from cpn.runtime.store import Store
+from tests.runtime.fakes import upsert
 
 
 class FixedEstimator(Estimator):
@@ -41,9 +48,9 @@ def body(name: str, uid: str) -> dict[str, Any]:
 def test_records_are_found_by_uid_and_a_recreated_name_replaces_the_old_uid():
     """A name deleted and created again is a new record; the old UID no longer resolves."""
     store = Store(QueuePolicy(), FixedEstimator())
-    first = store.upsert(body("a", "uid-1"), user="u", group="g")
+    first = upsert(store, body("a", "uid-1"), user="u", group="g")
     assert store.by_uid("uid-1") is first
-    second = store.upsert(body("a", "uid-2"), user="u", group="g")
+    second = upsert(store, body("a", "uid-2"), user="u", group="g")
     assert second is not first
     assert store.by_uid("uid-2") is second and store.by_uid("uid-1") is None
     store.remove("ns/a")
@@ -76,7 +83,7 @@ def test_waiting_unseen_jobs_are_estimated_again_after_a_retrain_only():
     estimator = LearningEstimator()
     store = Store(QueuePolicy(), estimator)
     store.set_gpu_types(["A100-80GB"])
-    store.upsert(body("a", "uid-1"), user="u", group="g")
+    upsert(store, body("a", "uid-1"), user="u", group="g")
     snap = store.snapshot(0.0, [], {})
     assert snap.pending[0].estimate.runtime_s["A100-80GB"] == 600.0
     calls = estimator.calls
@@ -98,7 +105,7 @@ def test_a_queue_the_policy_does_not_know_is_said_and_checked_again_on_a_policy_
 
     store = Store(parse_policy("levels: [{name: fast, queues: [debug]}]"), FixedEstimator())
     typo, debug, plain, default = (
-        store.upsert(queued(name, queue), user="u", group="g")
+        upsert(store, queued(name, queue), user="u", group="g")
         for name, queue in (("a", "dbug"), ("b", "debug"), ("c", None), ("d", "default"))
     )
     assert typo.unknown_queue == (
@@ -123,11 +130,69 @@ def test_the_fence_survives_a_restart_through_the_status() -> None:
     """The current attempt's token is written to status.fence and read back from it, so a
     restarted operator still tells the current attempt's Job from a stale one."""
     store = Store(QueuePolicy(), FixedEstimator())
-    before = store.upsert(body("a", "uid-1"), user="u", group="g")
+    before = upsert(store, body("a", "uid-1"), user="u", group="g")
     before.phase, before.attempts, before.fence = "Running", 2, "2-beef"
     before.cluster, before.member_job = "m1", "a-uid1-2"
     status, _ = render_status(before, 0.0)
     assert status["fence"] == "2-beef"
     restarted = Store(QueuePolicy(), FixedEstimator())
-    after = restarted.upsert({**body("a", "uid-1"), "status": status}, user="u", group="g")
+    after = upsert(restarted, {**body("a", "uid-1"), "status": status}, user="u", group="g")
     assert (after.attempts, after.fence) == (2, "2-beef")
+
+
+def test_owners_follow_the_namespace_labels_and_the_policy_map_without_a_new_event() -> None:
+    """A job's user and group are its namespace's: its labels, or the policy's namespace
+    map over them, else the namespace's name; a change of either reaches every record of
+    the namespace (an invalid spec stays invalid)."""
+    store = Store(QueuePolicy(), FixedEstimator())
+    bad = {**body("b", "uid-2"), "spec": {"resources": {"gpus": -1}}}
+    for doc in (body("a", "uid-1"), bad):
+        arrival = store.put(read_aijob(doc))
+        assert arrival is not None and arrival.changed
+    good, invalid = store.records["ns/a"], store.records["ns/b"]
+    assert good.job is not None and (good.job.user, good.job.group) == ("ns", "ns")
+    assert invalid.job is None and invalid.phase == k.PHASE_INVALID and invalid.invalid
+    store.set_namespace("ns", {k.LABEL_USER: "alice", k.LABEL_GROUP: "team-a"})
+    assert (good.user, good.group, good.job.user, good.job.group) == (
+        "alice",
+        "team-a",
+        "alice",
+        "team-a",
+    )
+    assert (invalid.user, invalid.job, invalid.phase) == ("alice", None, k.PHASE_INVALID)
+    store.set_policy(replace(QueuePolicy(), namespaces={"ns": ("bob", "team-b")}))
+    assert good.job.user == "bob" and good.job.group == "team-b"
+    store.set_namespace("ns", None)
+    assert good.job.user == "bob"  # the policy's map still says so
+
+
+def test_a_status_write_echoed_back_changes_nothing_a_cycle_sees() -> None:
+    """The watch event of our own status write: the record keeps its job and says what
+    the status shows; not changed (no cycle). A new generation is a change, a deleted one
+    lets the record go, and a deleted one the store never held is nothing."""
+    store = Store(QueuePolicy(), FixedEstimator())
+    doc = body("a", "uid-1")
+    store.put(read_aijob(doc))
+    job = store.records["ns/a"].job
+    echo = store.put(read_aijob({**doc, "status": {"phase": "Queued", "message": "x"}}))
+    assert echo is not None and not echo.changed and echo.record.job is job
+    assert dict(echo.record.written) == {"phase": "Queued", "message": "x"}
+    newer = store.put(read_aijob({**doc, "metadata": {**doc["metadata"], "generation": 2}}))
+    assert newer is not None and newer.changed and newer.record.job is not job
+    deleting = {**doc["metadata"], "generation": 2, "deletionTimestamp": "2026-01-01T00:01:00Z"}
+    began = store.put(read_aijob({**doc, "metadata": deleting}))
+    assert began is not None and began.changed and began.began_deleting
+    gone = store.put(read_aijob({"metadata": doc["metadata"]}), gone=True)
+    assert gone is not None and gone.gone and "ns/a" not in store.records
+    assert store.put(read_aijob({"metadata": doc["metadata"]}), gone=True) is None
+
+
+def test_the_store_reads_no_aijob_itself() -> None:
+    """The store takes AIJobs read by the api (cpn.api.aijobread) and never parses one."""
+    source = Path(store_module.__file__).read_text()
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "cpn.api.aijob" not in imported

@@ -56,10 +56,16 @@ class Count:
 
 @dataclass(frozen=True, slots=True)
 class Learn:
-    """Feed the estimator the finished job's real runtime."""
+    """Feed the estimator the finished job's real runtime (queued: it learns before the
+    next cycle's snapshot)."""
 
 
-Effect = Event | WriteStatus | DeleteJob | CreateJob | Kick | Count | Learn
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Forget the job's waits (the AIJob is gone): the wait calibration drops it."""
+
+
+Effect = Event | WriteStatus | DeleteJob | CreateJob | Kick | Count | Learn | Forget
 
 WRITE = WriteStatus()
 KICK = Kick()

@@ -57,16 +57,22 @@ class Following:
                 else:
                     self.state.observer.retrying()
             elif isinstance(effect, effects.Learn):
-                self._learn(record)
+                self.state.learn_soon(record)
+            elif isinstance(effect, effects.Forget):
+                self.state.calibrator.forget(record.key)
 
-    def _learn(self, record: Record) -> None:
-        self.state.learned.add(record.uid)
-        if record.job is not None and record.actual_s > 0:
+    def learn(self) -> int:
+        """The estimator sees the finished jobs' real runtimes queued since the last cycle
+        (:meth:`~cpn.runtime.state.RuntimeState.learn_soon`), and the waiting jobs of their
+        models are no longer the first of them (estimated again); returns how many."""
+        queued, self.state.to_learn = self.state.to_learn, []
+        for job, gpu_type, actual_s, key in queued:
             try:
-                self.state.estimator.observe(record.job, record.gpu_type, record.actual_s)
-                self.state.store.learned_model(record.job.model)  # no longer first of its model
+                self.state.estimator.observe(job, gpu_type, actual_s)
+                self.state.store.learned_model(job.model)
             except Exception:  # the predictor must never take the operator down
-                log.exception("predictor failed to learn from %s", record.key)
+                log.exception("predictor failed to learn from %s", key)
+        return len(queued)
 
     def _succeeded(self, record: Record, finished_s: float) -> None:
         self.carry_out(record, lifecycle.succeeded(record, finished_s))

@@ -1,18 +1,18 @@
 """A running job's GPU utilisation and memory, from its member's dcgm-exporter series.
 
 Pure: the readings come in (:meth:`cpn.runtime.ports.MetricsSource.pod_gpus`, per pod of
-the member), one :class:`GpuUsage` per job goes out, and its status fields back and forth
-(``gpuUtilizationPercent``, ``gpuMemoryUsedMiB``, ``gpuMetricsTime``). What the status
-shows and how fresh it is: docs/user-guide.md.
+the member), one :class:`~cpn.api.aijobread.GpuUsage` per job goes out, and its status
+fields (``gpuUtilizationPercent``, ``gpuMemoryUsedMiB``, ``gpuMetricsTime``; read back by
+:func:`cpn.api.aijobread.usage_from_status`). What the status shows and how fresh it is:
+docs/user-guide.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from cpn.api.aijob import parse_time
+from cpn.api.aijobread import GpuUsage
 from cpn.api.status import rfc3339
 from cpn.runtime.ports import GpuReading
 
@@ -20,16 +20,6 @@ from cpn.runtime.ports import GpuReading
 #: pod ``<job>-`` (``<job>-<index>-`` when indexed) plus 5 random ones, so a long Job's
 #: pods start with the first 58 characters of ``<job>-`` only.
 _GENERATED_BASE = 58
-
-
-@dataclass(frozen=True, slots=True)
-class GpuUsage:
-    """The GPUs of one job's pods: mean utilisation (percent) and memory used in all (MiB,
-    None when a GPU did not report it); ``at_s`` is the oldest sample they come from."""
-
-    util_pct: float
-    memory_mib: float | None
-    at_s: float
 
 
 def job_usage(
@@ -66,17 +56,3 @@ def usage_status(usage: GpuUsage | None) -> dict[str, Any]:
     if usage.memory_mib is not None:
         out["gpuMemoryUsedMiB"] = round(usage.memory_mib)
     return out
-
-
-def usage_from_status(status: Mapping[str, Any]) -> GpuUsage | None:
-    """What :func:`usage_status` wrote, read back after a restart (None when absent)."""
-    util = status.get("gpuUtilizationPercent")
-    at = parse_time(status.get("gpuMetricsTime"))
-    if util is None or at is None:
-        return None
-    memory = status.get("gpuMemoryUsedMiB")
-    return GpuUsage(
-        util_pct=float(util),
-        memory_mib=None if memory is None else float(memory),
-        at_s=at,
-    )

@@ -10,14 +10,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.aijobread import read_aijob
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
 from cpn.core.errors import PolicyError
 from cpn.core.policy import QueuePolicy
 from cpn.runtime import lifecycle
 from cpn.runtime.following import Following
 from cpn.runtime.ports import Watch, WatchFn, describe, last_good_name
-from cpn.runtime.state import RuntimeState, quiet
-from cpn.runtime.store import Packed, Record
+from cpn.runtime.state import RuntimeState
+from cpn.runtime.store import Arrival
 
 log = logging.getLogger(__name__)
 
@@ -38,47 +39,18 @@ class HubWatch:
         self._policy_version: str | None = None
 
     def namespace_event(self, event: str, body: Mapping[str, Any]) -> None:
-        name = body["metadata"]["name"]
-        if event == "DELETED":
-            self.state.namespaces.pop(name, None)
-        else:
-            self.state.namespaces[name] = dict(body["metadata"].get("labels") or {})
-        for record in self.state.store.records.values():
-            if record.namespace == name:
-                user, group = self.state.owner_of(name)
-                self.state.store.upsert(record.body, user=user, group=group)
+        meta = body["metadata"]
+        labels = None if event == "DELETED" else meta.get("labels") or {}
+        self.state.store.set_namespace(meta["name"], labels)
 
     def aijob_event(self, event: str, body: Mapping[str, Any]) -> None:
-        """A watch event of an AIJob. A deleted AIJob's member Job is deleted here; one
-        deleted while the operator was away, or while its member was unreachable, is
-        removed by the sweep (no finalizer: cancelling never waits on a member)."""
-        meta = body["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        if event == "DELETED":
-            record = self.state.store.records.get(key)
-            if record is not None and record.uid == meta.get("uid"):
-                self._delete_member_job(record)
-                self.state.calibrator.forget(key)
-                self.state.store.remove(key)
-                self.state.kick()
-            return
-        user, group = self.state.owner_of(meta["namespace"])
-        old = self.state.store.records.get(key)
-        before = (old.uid, old.generation, old.deleting) if old is not None else None
-        record = self.state.store.upsert(body, user=user, group=group)
-        record.written = _ours(body.get("status") or {}, record.written)
-        if (
-            record.unknown_queue
-            and not record.finished
-            and before != (record.uid, record.generation, record.deleting)
-        ):
-            self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
-        if record.deleting and (before is None or not before[2]):
-            self._delete_member_job(record)  # held by someone else's finalizer: stop it now
-        elif record.job is not None and record.job.suspended and record.active:
-            self._suspend_running(record)
-        if before != (record.uid, record.generation, record.deleting):
-            self.state.kick()  # not for our own status writes
+        """A watch event of an AIJob: read (:func:`cpn.api.aijobread.read_aijob`), taken by
+        the store, and what follows from it (:func:`cpn.runtime.lifecycle.arrived`) done."""
+        aijob = read_aijob(body)
+        arrival: Arrival | None = self.state.store.put(aijob, gone=event == "DELETED")
+        if arrival is not None:
+            step = lifecycle.arrived(arrival)
+            self.following.carry_out(arrival.record, step)
 
     def _aijobs_listed(self, items: list[Mapping[str, Any]]) -> None:
         """A (re-)list of every AIJob: those missing from it were deleted meanwhile."""
@@ -116,18 +88,9 @@ class HubWatch:
         return count
 
     def _namespaces_listed(self, items: list[Mapping[str, Any]]) -> None:
-        self.state.namespaces = {}
+        self.state.store.namespaces = {}
         for item in items:
             self.namespace_event("ADDED", item)
-
-    def _delete_member_job(self, record: Record) -> None:
-        member = self.state.members.get(record.cluster)
-        if member is not None and record.member_job and record.active:
-            self.state.pool.submit(quiet, member.delete_job, record.member_job)
-
-    def _suspend_running(self, record: Record) -> None:
-        """``spec.suspend`` set on a running job: stop its member Job, keep it queued."""
-        self.following.carry_out(record, lifecycle.suspended(record))
 
     async def watch_hub(self) -> None:
         """Watch Namespaces (owners of jobs), then AIJobs, each listed before going on."""
@@ -269,21 +232,10 @@ class HubWatch:
             self.policy_settled.set()
 
     def use_policy(self, policy: QueuePolicy) -> None:
-        self.state.store.policy = policy
+        self.state.store.set_policy(policy)
         log.info("policy %s in force (version %s)", policy.name, policy.version)
         self.policy_loaded.set()
         self.policy_settled.set()
-        for namespace in {r.namespace for r in self.state.store.records.values()}:
-            user, group = self.state.owner_of(namespace)
-            for record in [
-                r for r in self.state.store.records.values() if r.namespace == namespace
-            ]:
-                self.state.store.upsert(record.body, user=user, group=group)
         for record in self.state.store.recheck_queues():
             self.state.event(record, "UnknownQueue", record.unknown_queue, warning=True)
         self.state.kick()
-
-
-def _ours(status: Mapping[str, Any], written: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What the object's status says of the fields we write (so we diff against the truth)."""
-    return Packed(status) if status else written

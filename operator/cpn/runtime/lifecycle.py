@@ -20,8 +20,18 @@ from cpn.core.fence import next_fence
 from cpn.core.gang import Gang, Verdict
 from cpn.core.model import Start
 from cpn.core.policy import Retry
-from cpn.runtime.effects import KICK, WRITE, Count, CreateJob, DeleteJob, Effect, Event, Learn
-from cpn.runtime.store import Record
+from cpn.runtime.effects import (
+    KICK,
+    WRITE,
+    Count,
+    CreateJob,
+    DeleteJob,
+    Effect,
+    Event,
+    Forget,
+    Learn,
+)
+from cpn.runtime.store import Arrival, Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +40,30 @@ class Step:
 
     record: Record
     effects: tuple[Effect, ...] = ()
+
+
+def arrived(arrival: Arrival) -> Step:
+    """A watch event of its AIJob taken by the store (:meth:`cpn.runtime.store.Store.put`).
+    Deleted, or its deletion begun (held by someone else's finalizer): its member Job is
+    deleted now (one deleted while the operator was away, or while its member was
+    unreachable, is removed by the sweep: no finalizer, so cancelling never waits on a
+    member). ``spec.suspend`` set while it runs: :func:`suspended`. A spec or deletion
+    change asks for a cycle (its status, our own write, does not)."""
+    record = arrival.record
+    stop: tuple[Effect, ...] = ()
+    if (arrival.gone or arrival.began_deleting) and record.active and record.member_job:
+        stop = (DeleteJob(record.cluster, record.member_job),)
+    kick = (KICK,) if arrival.changed else ()
+    if arrival.gone:
+        return Step(record, (*stop, Forget(), *kick))
+    told: tuple[Effect, ...] = ()
+    if record.unknown_queue and not record.finished and arrival.changed:
+        told = (Event("UnknownQueue", record.unknown_queue, True),)
+    suspend = record.job is not None and record.job.suspended and record.active
+    if suspend and not arrival.began_deleting:
+        step = suspended(record)
+        return Step(step.record, (*told, *step.effects, *kick))
+    return Step(record, (*told, *stop, *kick))
 
 
 def unplaced(record: Record, **changes: Any) -> Record:

@@ -135,6 +135,7 @@ class Loop:
     async def cycle(self) -> CyclePlan:
         """One scheduling cycle: snapshot, plan off the loop, apply."""
         began = time.perf_counter()
+        self.following.learn()  # finished jobs' runtimes, before the estimates are read
         self.dispatching.requeue_lost()
         self.following.start_deadlines()
         self.dispatching.drained()

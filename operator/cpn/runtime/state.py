@@ -3,7 +3,8 @@
 clock and the other ports), how a blocking call runs off the loop (:meth:`~RuntimeState.call`),
 how a cycle is asked for (:meth:`~RuntimeState.kick`), how a callback from another thread
 reaches the loop (:meth:`~RuntimeState.threadsafe`), and how Events and status writes are
-queued (:meth:`~RuntimeState.event`, :meth:`~RuntimeState.write_soon`). It calls no
+queued (:meth:`~RuntimeState.event`, :meth:`~RuntimeState.write_soon`), and what the
+estimator is to learn before the next cycle (:meth:`~RuntimeState.learn_soon`). It calls no
 collaborator.
 """
 
@@ -22,7 +23,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta_calibration import WaitCalibrator
 from cpn.core.fence import member_timeout
 from cpn.core.health import Probes
-from cpn.core.model import Cluster
+from cpn.core.model import Cluster, Job
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.metrics import Observer
 from cpn.runtime.ports import Clock, Hub, Leadership, Member, MetricsSource, Watch
@@ -57,7 +58,6 @@ class RuntimeState:
         self.estimator = estimator
         self.members: dict[str, Member] = {}
         self.member_status: dict[str, tuple[bool, str]] = {}
-        self.namespaces: dict[str, Mapping[str, str]] = {}
         self.clock = clock
         self.post_event: EventPoster = post_event if post_event is not None else self._post_event
         self.pool = ThreadPoolExecutor(
@@ -85,6 +85,8 @@ class RuntimeState:
         self.calibrator = WaitCalibrator()
         self.observer = Observer(config, clock=clock)
         self.learned: set[str] = set()  # UIDs of the finished AIJobs the estimator has seen
+        # what it is to learn before the next cycle: (job, GPU type, runtime, AIJob key)
+        self.to_learn: list[tuple[Job, str, float, str]] = []
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
         # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
         # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
@@ -112,14 +114,6 @@ class RuntimeState:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
-    def owner_of(self, namespace: str) -> tuple[str, str]:
-        """User and group of a namespace: the policy's mapping, then its labels, then its name."""
-        mapped = self.store.policy.namespaces.get(namespace)
-        if mapped:
-            return mapped
-        labels = self.namespaces.get(namespace, {})
-        return labels.get(k.LABEL_USER, namespace), labels.get(k.LABEL_GROUP, namespace)
-
     def _post_event(
         self, body: Mapping[str, Any], reason: str, message: str, warning: bool
     ) -> None:
@@ -134,6 +128,13 @@ class RuntimeState:
 
     def write_soon(self, record: Record) -> None:
         self.writes.add(record.key)
+
+    def learn_soon(self, record: Record) -> None:
+        """The estimator is to see finished ``record``'s real runtime before the next cycle
+        (:meth:`cpn.runtime.following.Following.learn`); its UID counts as seen now."""
+        self.learned.add(record.uid)
+        if record.job is not None and record.actual_s > 0:
+            self.to_learn.append((record.job, record.gpu_type, record.actual_s, record.key))
 
 
 def quiet(fn: Callable[..., None], *args: Any) -> None:

@@ -14,17 +14,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpn.api import constants as k
-from cpn.api.aijob import job_key, parse_aijob, parse_time
+from cpn.api.aijobread import AIJobObject, GpuUsage
 from cpn.api.status import rfc3339
 from cpn.core.capacity import Usage, worker_gpus
-from cpn.core.errors import InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
 from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
-from cpn.runtime.gpuusage import GpuUsage, usage_from_status
 
 ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
@@ -131,13 +129,25 @@ class Record:
         return self.phase in k.FINISHED_PHASES
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What one watch event of an AIJob did to the store (:meth:`Store.put`)."""
+
+    record: Record
+    changed: bool  # new, re-created, a new generation, deleted or its deletion began or ended
+    began_deleting: bool = False  # it has a deletionTimestamp it did not have
+    gone: bool = False  # deleted: the store let its record go
+
+
 class Store:
-    """AIJob records by key, plus the current policy."""
+    """AIJob records by key, the current policy and the namespaces' labels (whose owners
+    the jobs have)."""
 
     def __init__(self, policy: QueuePolicy, estimator: Estimator) -> None:
         self.records: dict[str, Record] = {}
         self._by_uid: dict[str, str] = {}  # uid -> key: member Job events look records up by UID
         self.policy = policy
+        self.namespaces: dict[str, Mapping[str, str]] = {}  # namespace -> its labels
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
         self._estimator_version = estimator.knowledge_version()
@@ -145,55 +155,88 @@ class Store:
         #: unseen): set when the predictor learns a benchmark, which changes a whole GPU type
         self.refresh_all_due = False
 
-    def upsert(self, body: Mapping[str, Any], *, user: str, group: str) -> Record:
-        """Add or refresh a record from the AIJob object (restoring state from its status)."""
-        if isinstance(body, Packed):
-            body = body.unpack()
-        meta = body["metadata"]
-        key = job_key(body)
-        generation = int(meta.get("generation") or 0)
-        record = self.records.get(key)
-        if record is not None and record.uid != meta.get("uid"):
+    def owner_of(self, namespace: str) -> tuple[str, str]:
+        """User and group of a namespace: the policy's mapping, then its labels, then its name."""
+        mapped = self.policy.namespaces.get(namespace)
+        if mapped:
+            return mapped
+        labels = self.namespaces.get(namespace, {})
+        return labels.get(k.LABEL_USER, namespace), labels.get(k.LABEL_GROUP, namespace)
+
+    def put(self, aijob: AIJobObject, *, gone: bool = False) -> Arrival | None:
+        """Take one watch event's AIJob: a new record (restored from what its status says),
+        or its record refreshed; ``gone`` (deleted) lets its record go. None when there is no
+        record of it (deleted, and not known under its UID)."""
+        record = self.records.get(aijob.key)
+        if record is not None and record.uid != aijob.uid:
             record = None  # deleted and re-created under the same name
+        if gone:
+            if record is None:
+                return None
+            self.remove(aijob.key)
+            return Arrival(record, changed=True, gone=True)
+        before = (record.generation, record.deleting) if record is not None else None
         if record is None:
-            record = Record(
-                key=key,
-                namespace=meta["namespace"],
-                name=meta["name"],
-                uid=meta["uid"],
-                generation=-1,
-                body=Packed(slim(body)),
-                user=user,
-                group=group,
-            )
-            _restore(record, body.get("status") or {})
-            old = self.records.get(key)
+            record = _restored(aijob)
+            old = self.records.get(aijob.key)
             if old is not None:
                 self._by_uid.pop(old.uid, None)
-            self.records[key] = record
-            self._by_uid[record.uid] = key
-        record.deleting = bool(meta.get("deletionTimestamp"))
-        if record.generation != generation or record.user != user or record.group != group:
-            record.body = Packed(slim(body))
-            record.generation = generation
-            record.user, record.group = user, group
-            self._parse(record)
-        return record
+            self.records[aijob.key] = record
+            self._by_uid[record.uid] = aijob.key
+        record.deleting = aijob.deleting
+        user, group = self.owner_of(aijob.namespace)
+        if record.generation != aijob.generation or (record.user, record.group) != (user, group):
+            record.body = Packed(aijob.body)
+            record.generation = aijob.generation
+            self._take_job(record, aijob.job, aijob.invalid, user, group)
+        if aijob.status:  # what it says of the fields we write (we diff against the truth)
+            record.written = Packed(aijob.status)
+        return Arrival(
+            record,
+            changed=before != (record.generation, record.deleting),
+            began_deleting=record.deleting and (before is None or not before[1]),
+        )
 
-    def _parse(self, record: Record) -> None:
-        try:
-            job = parse_aijob(unpack(record.body), user=record.user, group=record.group)
-        except (InvalidSpec, ValueError, TypeError, KeyError) as err:
+    def _take_job(
+        self, record: Record, job: Job | None, invalid: str, user: str, group: str
+    ) -> None:
+        """The record's job (its spec read, owned by ``user`` and ``group``), or why it has none."""
+        record.user, record.group = user, group
+        if job is None:
             record.job = None
-            record.invalid = str(err)
+            record.invalid = invalid
             if not record.active and not record.finished:
                 record.phase = k.PHASE_INVALID
             return
         record.invalid = ""
         if record.phase == k.PHASE_INVALID:
             record.phase = k.PHASE_QUEUED
+        job = replace(job, user=user, group=group)
         record.job = self.attach_estimate(replace(job, attained_gpu_s=record.attained_s * job.gpus))
         record.unknown_queue = self.unknown_queue(job)
+
+    def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A namespace's labels (None: it is gone); its records' owners follow them."""
+        if labels is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = dict(labels)
+        self._reown({name})
+
+    def set_policy(self, policy: QueuePolicy) -> None:
+        """A new policy in force; every record's owner follows its namespace map."""
+        self.policy = policy
+        self._reown({r.namespace for r in self.records.values()})
+
+    def _reown(self, namespaces: set[str]) -> None:
+        """Records of ``namespaces`` whose owner changed take the new one (an invalid spec
+        stays invalid)."""
+        for record in list(self.records.values()):
+            if record.namespace not in namespaces:
+                continue
+            user, group = self.owner_of(record.namespace)
+            if (record.user, record.group) != (user, group):
+                self._take_job(record, record.job, record.invalid, user, group)
 
     def unknown_queue(self, job: Job | None) -> str:
         """Why ``job``'s spec.queue is none of the policy's queues ("" when it is, or empty)."""
@@ -362,15 +405,6 @@ class Store:
         return replace(snapshot, pending=pending)
 
 
-def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What a record keeps of an AIJob: no status (it lives in the record), no managedFields
-    (the largest part of the metadata), and not the watch event's whole object."""
-    meta = {key: value for key, value in body["metadata"].items() if key != "managedFields"}
-    out = {key: value for key, value in body.items() if key not in {"metadata", "status"}}
-    out["metadata"] = meta
-    return out
-
-
 def _synced(record: Record) -> Job:
     """``record.job`` with the record's attempts, back-off and FIFO due time, kept on the
     record so a running job is the same object from one cycle to the next."""
@@ -390,35 +424,42 @@ def _synced(record: Record) -> Job:
     return job
 
 
-def _restore(record: Record, status: Mapping[str, Any]) -> None:
-    """Take back what the status says (after a restart)."""
-    phase = status.get("phase")
-    if phase:
-        record.phase = str(phase)
-    record.attempts = int(status.get("attempts") or 0)
-    record.fence = str(status.get("fence") or "")
-    record.not_before_s = parse_time(status.get("notBefore")) or 0.0
-    record.fifo_due_s = parse_time(status.get("fifoDue"))
-    record.cluster = str(status.get("cluster") or "")
-    record.gpu_type = str(status.get("gpuType") or "")
-    record.nodes = tuple(status.get("nodes") or ())
-    record.alone = bool(status.get("runsAlone"))
-    record.gpu_usage = usage_from_status(status)
-    member = status.get("memberJob") or {}
-    record.member_job = str(member.get("name") or "")
-    record.start_s = parse_time(status.get("startTime")) or 0.0
-    record.finish_s = parse_time(status.get("completionTime")) or 0.0
-    record.actual_s = float(status.get("actualRuntimeSeconds") or 0.0)
-    record.transfer_s = float(status.get("transferSeconds") or 0.0)
-    predicted = status.get("predictedRuntimeSeconds") or {}
-    record.predicted_runtime_s = float(predicted.get(record.gpu_type, 0.0) or 0.0)
-    record.dispatch_s = record.start_s
-    record.preemptions = int(status.get("preemptions") or 0)
-    last = status.get("lastPreemption") or {}
-    record.preempted_s = parse_time(last.get("time")) or 0.0
-    record.preempted_why = str(last.get("reason") or "")
-    record.attained_s = float(status.get("attainedSeconds") or 0.0)
-    record.checkpointed_s = float(status.get("checkpointedSeconds") or 0.0)
+def _restored(aijob: AIJobObject) -> Record:
+    """A new record of ``aijob``, with what its status says (after a restart), its job not
+    taken yet (generation -1)."""
+    saved = aijob.saved
+    return Record(
+        key=aijob.key,
+        namespace=aijob.namespace,
+        name=aijob.name,
+        uid=aijob.uid,
+        generation=-1,
+        body=Packed(aijob.body),
+        user="",
+        group="",
+        phase=saved.phase or k.PHASE_QUEUED,
+        attempts=saved.attempts,
+        fence=saved.fence,
+        not_before_s=saved.not_before_s,
+        fifo_due_s=saved.fifo_due_s,
+        cluster=saved.cluster,
+        gpu_type=saved.gpu_type,
+        nodes=saved.nodes,
+        alone=saved.alone,
+        gpu_usage=saved.gpu_usage,
+        member_job=saved.member_job,
+        start_s=saved.start_s,
+        finish_s=saved.finish_s,
+        actual_s=saved.actual_s,
+        transfer_s=saved.transfer_s,
+        predicted_runtime_s=saved.predicted_runtime_s,
+        dispatch_s=saved.start_s,
+        preemptions=saved.preemptions,
+        preempted_s=saved.preempted_s,
+        preempted_why=saved.preempted_why,
+        attained_s=saved.attained_s,
+        checkpointed_s=saved.checkpointed_s,
+    )
 
 
 def preempted(record: Record, now_s: float, why: str, policy: Preemption) -> float:
