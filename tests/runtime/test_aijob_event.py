@@ -111,3 +111,45 @@ def test_a_finished_jobs_runtime_is_learned_by_the_next_cycle_once():
     assert estimator.seen == {"llama3"} and not waiting.job.estimate.new_model
     runtime.pool.shutdown(wait=True)
     runtime.write_pool.shutdown(wait=True)
+
+
+class Remembering(FixedEstimator):
+    """Records which way it learned: observe (a job that finished now) or recall (one read
+    back from the hub at start-up, which must not be stored again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ways: list[tuple[str, str, float]] = []
+
+    def observe(self, job, gpu_type, actual_s):
+        self.ways.append(("observe", gpu_type, actual_s))
+
+    def recall(self, job, gpu_type, actual_s):
+        self.ways.append(("recall", gpu_type, actual_s))
+
+
+def test_finished_aijobs_listed_at_start_are_recalled_once_not_observed():
+    """The first listing's Succeeded AIJobs reach the estimator through ``recall`` (the
+    Estimator protocol's, no probing), once per UID even when listed again."""
+    estimator = Remembering()
+    runtime = Runtime(
+        OperatorConfig(),
+        FakeHub(),
+        estimator,
+        clock=FakeClock(now=100.0, wall_s=100.0),
+        leadership=FakeLeadership(),
+    )
+    try:
+        done = body("a", "uid-a")
+        done["status"] = {
+            "phase": k.PHASE_SUCCEEDED,
+            "cluster": "m1",
+            "gpuType": "A100-80GB",
+            "actualRuntimeSeconds": 1200.0,
+        }
+        runtime.hub_watch._aijobs_listed([done, body("b", "uid-b")])
+        runtime.hub_watch._aijobs_listed([done, body("b", "uid-b")])
+        assert estimator.ways == [("recall", "A100-80GB", 1200.0)]
+    finally:
+        runtime.pool.shutdown(wait=True)
+        runtime.write_pool.shutdown(wait=True)

@@ -6,8 +6,8 @@ operator and the simulator take any :class:`Estimator`: the simulator's
 oracle/noisy/user/history estimators, or the learned predictor. Every member is
 part of the protocol (callers never probe for one); a class that inherits
 :class:`Estimator` explicitly gets the defaults of ``learns``,
-:meth:`~Estimator.estimate_many`, :meth:`~Estimator.knowledge_version` and
-:meth:`~Estimator.learn_benchmarks`.
+:meth:`~Estimator.estimate_many`, :meth:`~Estimator.recall`,
+:meth:`~Estimator.knowledge_version` and :meth:`~Estimator.learn_benchmarks`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ class Estimator(Protocol):
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
         """Record that ``job`` ran ``actual_s`` seconds on ``gpu_type``."""
         ...
+
+    def recall(self, job: Job, gpu_type: str, actual_s: float) -> None:
+        """Learn from a job that finished before this process started (the operator reads
+        finished AIJobs back at start-up) without storing it again; by default, as
+        :meth:`observe`."""
+        self.observe(job, gpu_type, actual_s)
 
     def knowledge_version(self) -> object:
         """What changes when the estimator's knowledge changed beyond the jobs it observed

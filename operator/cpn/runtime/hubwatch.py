@@ -67,7 +67,7 @@ class HubWatch:
         """Feed the estimator every Succeeded AIJob it has not seen (once per UID): the hub
         is where what was learned survives a restart or fail-over. Waiting jobs are then
         estimated again. Returns how many it learned from."""
-        learn = getattr(self.state.estimator, "recall", self.state.estimator.observe)
+        learn = self.state.estimator.recall
         count = 0
         for record in list(self.state.store.records.values()):
             if record.phase != k.PHASE_SUCCEEDED or record.uid in self.state.learned:
