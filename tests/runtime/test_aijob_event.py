@@ -13,6 +13,7 @@ import pytest
 
 from cpn.api import constants as k
 from cpn.config import OperatorConfig
+from cpn.core.estimator import Estimator
 from cpn.runtime import lifecycle
 from cpn.runtime.engine import Runtime
 from cpn.runtime.hubwatch import HubWatch
@@ -38,17 +39,22 @@ def test_an_aijob_event_goes_api_store_lifecycle_following_and_nowhere_back():
 
 @pytest.fixture
 def runtime():
-    runtime = Runtime(
-        OperatorConfig(),
-        FakeHub(),
-        FixedEstimator(),
-        clock=FakeClock(now=100.0, wall_s=100.0),
-        leadership=FakeLeadership(),
-    )
+    runtime = on_fakes(FixedEstimator())
     runtime.members["m1"] = FakeMember("m1")
     yield runtime
     runtime.pool.shutdown(wait=True)
     runtime.write_pool.shutdown(wait=True)
+
+
+def on_fakes(estimator: Estimator) -> Runtime:
+    """A runtime on a fake hub and clock, nothing started."""
+    return Runtime(
+        OperatorConfig(),
+        FakeHub(),
+        estimator,
+        clock=FakeClock(now=100.0, wall_s=100.0),
+        leadership=FakeLeadership(),
+    )
 
 
 def reasons(runtime: Runtime) -> list[str]:
@@ -132,13 +138,7 @@ def test_finished_aijobs_listed_at_start_are_recalled_once_not_observed():
     """The first listing's Succeeded AIJobs reach the estimator through ``recall`` (the
     Estimator protocol's, no probing), once per UID even when listed again."""
     estimator = Remembering()
-    runtime = Runtime(
-        OperatorConfig(),
-        FakeHub(),
-        estimator,
-        clock=FakeClock(now=100.0, wall_s=100.0),
-        leadership=FakeLeadership(),
-    )
+    runtime = on_fakes(estimator)
     try:
         done = body("a", "uid-a")
         done["status"] = {
