@@ -5,6 +5,7 @@ queued ahead of the others and shows "imminent"; a failed write keeps the earlie
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from cpn.api.status import IMMINENT, IMMINENT_S
 from cpn.config import OperatorConfig
@@ -41,6 +42,15 @@ async def queued(state: RuntimeState, n: int) -> None:
         await asyncio.sleep(0.01)
 
 
+def run(state: RuntimeState, main: Any) -> Any:
+    """``main()`` on an event loop, the state's thread pools shut down after."""
+    try:
+        return asyncio.run(main())
+    finally:
+        state.pool.shutdown(wait=True)
+        state.write_pool.shutdown(wait=True)
+
+
 async def next_key(state: RuntimeState, timeout_s: float = 5.0) -> str:
     kind, key = await asyncio.wait_for(state.writes.get(), timeout_s)
     assert kind == "status"
@@ -67,11 +77,7 @@ def test_a_shown_instant_queues_its_own_write_first_a_window_before_it_with_no_c
         await writes.write_status(near)
         return first, await next_key(state)
 
-    try:
-        first, second = asyncio.run(main())
-    finally:
-        state.pool.shutdown(wait=True)
-        state.write_pool.shutdown(wait=True)
+    first, second = run(state, main)
     assert (first, second) == (near.key, other.key)
     shown = hub.patches[-1][2]
     assert shown["eta"] == IMMINENT and shown["estimatedStart"] is None
@@ -99,11 +105,7 @@ def test_a_failed_write_keeps_the_refresh_of_what_the_hub_still_shows() -> None:
         assert hub.patches[-1][2]["estimatedStart"] is None
         assert hub.patches[-1][2]["eta"] == IMMINENT
 
-    try:
-        asyncio.run(main())
-    finally:
-        state.pool.shutdown(wait=True)
-        state.write_pool.shutdown(wait=True)
+    run(state, main)
 
 
 def test_one_timer_per_aijob_armed_again_only_for_an_earlier_refresh() -> None:
@@ -111,20 +113,40 @@ def test_one_timer_per_aijob_armed_again_only_for_an_earlier_refresh() -> None:
     itself again); one that moves it earlier replaces it; one with no instant drops it."""
     writes, state, _ = hub_writes()
     record = waiting(state, "a", 600.0)
-    armed = writes._timers  # per AIJob: (wall time it fires, handle)
+    armed = writes._due  # per AIJob: the wall time its refresh is due
 
     async def main() -> list[float | None]:
         seen = []
         for start_in_s in (600.0, 900.0, 300.0, 10.0):
             record.eta_start_s = WALL + start_in_s
             writes.render_status(record)
-            seen.append(armed[record.key][0] if record.key in armed else None)
+            seen.append(armed.get(record.key))
         return seen
 
-    try:
-        seen = asyncio.run(main())
-    finally:
-        state.pool.shutdown(wait=True)
-        state.write_pool.shutdown(wait=True)
+    seen = run(state, main)
     by = WALL - IMMINENT_S
     assert seen == [by + 600.0, by + 600.0, by + 300.0, None]
+
+
+def test_refreshes_of_many_aijobs_come_due_in_order_behind_one_timer() -> None:
+    """Three instants shown (two near, one an hour away): the two near ones are queued in
+    the order they come due, the far one is not, and one loop timer waits for it."""
+    writes, state, _ = hub_writes()
+    clock = state.clock
+    assert isinstance(clock, FakeClock)
+    later = waiting(state, "later", IMMINENT_S + 0.10)
+    sooner = waiting(state, "sooner", IMMINENT_S + 0.05)
+    far = waiting(state, "far", 3600.0)
+
+    async def main() -> list[str]:
+        for record in (later, sooner, far):
+            writes.render_status(record)
+        clock.advance(0.10)
+        await asyncio.wait_for(queued(state, 2), 5.0)
+        keys = [await next_key(state), await next_key(state)]
+        assert writes._wake is not None and writes._wake[0] == far.refresh_by_s
+        return keys
+
+    keys = run(state, main)
+    assert keys == [sooner.key, later.key]
+    assert state.writes.statuses() == 0

@@ -5,6 +5,7 @@ paced) and MemberCluster statuses, by the write workers.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -38,9 +39,12 @@ class HubWrites:
         self._task: asyncio.Task[None] | None = None  # the write_all in the background
         self._write_again = False
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
-        # Per AIJob key, its refresh timer and the wall time it fires at: one per AIJob, armed
-        # again only for an earlier time (10,000 waiting AIJobs: about 3 MB of timers).
-        self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
+        # Per AIJob key, the wall time its refresh is due (moved only to an earlier time),
+        # kept in a heap (stale entries skipped) behind one loop timer for the earliest:
+        # 10,000 waiting AIJobs cost a dict entry and a tuple each, not a timer each.
+        self._due: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._wake: tuple[float, asyncio.TimerHandle] | None = None
 
     def render_status(self, record: Record) -> dict[str, Any]:
         """The status the AIJob should have now (:func:`cpn.runtime.status.render_status`).
@@ -55,22 +59,50 @@ class HubWrites:
     def _refresh_by(self, record: Record, at_s: float | None, *, after_s: float = 0.0) -> None:
         """Write ``record`` again by wall time ``at_s`` (at the soonest ``after_s`` from now)."""
         record.refresh_by_s = at_s
-        armed = self._timers.get(record.key)
-        if at_s is not None and armed is not None and armed[0] <= at_s:
-            return  # it fires first, and arms itself again for the later time
-        if armed is not None:
-            armed[1].cancel()
-            del self._timers[record.key]
-        if at_s is not None:
-            now = self.state.clock.wall()
-            when = max(at_s, now + after_s)
-            handle = asyncio.get_running_loop().call_later(when - now, self.refresh_due, record.key)
-            self._timers[record.key] = (when, handle)
+        armed = self._due.get(record.key)
+        if at_s is not None and armed is not None and armed <= at_s:
+            return  # it is due first, and is armed again for the later time
+        if at_s is None:
+            self._due.pop(record.key, None)  # its heap entry is skipped when it comes up
+            return
+        now = self.state.clock.wall()
+        when = max(at_s, now + after_s)
+        self._due[record.key] = when
+        heapq.heappush(self._heap, (when, record.key))
+        self._arm(now)
+
+    def _arm(self, now: float) -> None:
+        """One loop timer, for the earliest refresh due."""
+        while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)  # dropped or moved earlier since it was pushed
+        if not self._heap:
+            return
+        first = self._heap[0][0]
+        if self._wake is not None:
+            if self._wake[0] <= first:
+                return
+            self._wake[1].cancel()
+        handle = asyncio.get_running_loop().call_later(max(0.0, first - now), self._fire)
+        self._wake = (first, handle)
+
+    def _fire(self) -> None:
+        """Every refresh due by now (each queued ahead of the others, so the soonest is
+        taken last and written first); then the timer for the next."""
+        self._wake = None
+        now = self.state.clock.wall()
+        due = []
+        while self._heap and self._heap[0][0] <= now:
+            when, key = heapq.heappop(self._heap)
+            if self._due.get(key) == when:
+                due.append(key)
+        for key in reversed(due):
+            self.refresh_due(key)
+        self._arm(now)
 
     def refresh_due(self, key: str) -> None:
-        """Queue ``key``'s write first if a start instant its status shows is near (timers
-        of deleted AIJobs find nothing to do)."""
-        self._timers.pop(key, None)
+        """Queue ``key``'s write first if a start instant its status shows is near (the
+        refreshes of deleted AIJobs find nothing to do)."""
+        self._due.pop(key, None)
         record = self.state.store.records.get(key)
         if record is None or record.refresh_by_s is None:
             return
