@@ -61,6 +61,10 @@ class OperatorConfig:
     lease_duration_s: float = 15.0
     dry_run: bool = False
     """Decide and log, but create no member Jobs."""
+    check_plans: bool = False
+    """Check every cycle's plan against its snapshot (:func:`cpn.core.check.check_plan`,
+    what the simulator checks) and log each rule it breaks as an error starting
+    ``plan check:`` (the end-to-end tests turn it on and fail on such a line)."""
 
 
 def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> OperatorConfig:

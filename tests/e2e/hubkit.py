@@ -32,8 +32,9 @@ TEST_POLICY = """
 retry: {max_attempts: 2, backoff_s: 1}
 """
 
-#: Operator settings every e2e test uses unless it says otherwise (CPN_* variables).
-FAST = {"interval_s": 5, "debounce_s": 0.1, "lease_duration_s": 6}
+#: Operator settings every e2e test uses unless it says otherwise (CPN_* variables); every
+#: cycle's plan is checked (cpn.core.check) and a broken rule fails the test (running_hub).
+FAST = {"interval_s": 5, "debounce_s": 0.1, "lease_duration_s": 6, "check_plans": True}
 
 
 class Hub:
@@ -163,6 +164,8 @@ def running_hub(
         hub.stop()
         print(hub.log.read_text()[-5000:])
         print(f"decision log: {settings['decision_log']}")
+    broken = [line for line in hub.log.read_text().splitlines() if "plan check:" in line]
+    assert broken == [], "the operator carried out plans that break cpn.core.check's rules"
 
 
 def orphans(tb: Testbed) -> list[str]:

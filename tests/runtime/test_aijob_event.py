@@ -6,6 +6,7 @@ transition says what follows (``lifecycle.arrived``) and ``Following.carry_out``
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import textwrap
 
@@ -46,10 +47,10 @@ def runtime():
     runtime.write_pool.shutdown(wait=True)
 
 
-def on_fakes(estimator: Estimator) -> Runtime:
+def on_fakes(estimator: Estimator, config: OperatorConfig | None = None) -> Runtime:
     """A runtime on a fake hub and clock, nothing started."""
     return Runtime(
-        OperatorConfig(),
+        config or OperatorConfig(),
         FakeHub(),
         estimator,
         clock=FakeClock(now=100.0, wall_s=100.0),
@@ -153,3 +154,22 @@ def test_finished_aijobs_listed_at_start_are_recalled_once_not_observed():
     finally:
         runtime.pool.shutdown(wait=True)
         runtime.write_pool.shutdown(wait=True)
+
+
+def test_with_check_plans_a_cycle_logs_each_rule_its_plan_breaks(monkeypatch, caplog):
+    """``CPN_CHECK_PLANS`` (on in the end-to-end tests): a cycle whose plan preempts a job
+    that is not running logs ``plan check:`` naming the job and the rule."""
+    from cpn.core.model import CyclePlan, Preempt
+    from cpn.runtime import loop
+
+    runtime = on_fakes(FixedEstimator(), OperatorConfig(check_plans=True))
+    bad = CyclePlan(preemptions=(Preempt(job_key="ns/ghost", for_key="ns/other"),))
+    monkeypatch.setattr(loop, "_plan_and_explain", lambda snapshot: (bad, 0.0, {}, {}))
+    try:
+        with caplog.at_level("ERROR", logger=loop.__name__):
+            asyncio.run(runtime.scheduler.cycle())
+    finally:
+        runtime.pool.shutdown(wait=True)
+        runtime.write_pool.shutdown(wait=True)
+    checks = [r.getMessage() for r in caplog.records if "plan check:" in r.getMessage()]
+    assert checks and all("ns/ghost" in line for line in checks)

@@ -11,6 +11,7 @@ import logging
 import time
 
 from cpn.api import constants as k
+from cpn.core.check import check_plan
 from cpn.core.cycle import plan_cycle
 from cpn.core.eta import project_range
 from cpn.core.explain import Choice, Frees, choices, first_to_free
@@ -142,6 +143,9 @@ class Loop:
         clusters, bandwidth = self.membership.clusters_view()
         snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
+        if self.state.config.check_plans:
+            for violation in check_plan(plan, snapshot):
+                log.error("plan check: %s", violation)
         self.cycles += 1
         self.last_plan, self.last_snapshot = plan, snapshot
         fields = {
