@@ -247,17 +247,16 @@ def project_range(
     point = project(snapshot, **kwargs)
     if not point:
         return point
-    low = project(snapshot, runtime_q=qs[0], **kwargs)
-    high = project(snapshot, runtime_q=qs[1], **kwargs)
-    out = {}
+    # Only the start instants of the two bounding projections are kept (10,000 waiting jobs:
+    # two fewer sets of Projection objects alive at once).
+    low = {key: p.start_s for key, p in project(snapshot, runtime_q=qs[0], **kwargs).items()}
+    high = {key: p.start_s for key, p in project(snapshot, runtime_q=qs[1], **kwargs).items()}
     for key, found in point.items():
         a, b = low.get(key), high.get(key)
-        if a is None or b is None:
-            out[key] = found
-            continue
-        out[key] = replace(
-            found,
-            start_low_s=min(a.start_s, b.start_s, found.start_s),
-            start_high_s=max(a.start_s, b.start_s, found.start_s),
-        )
-    return out
+        if a is not None and b is not None:
+            point[key] = replace(
+                found,
+                start_low_s=min(a, b, found.start_s),
+                start_high_s=max(a, b, found.start_s),
+            )
+    return point
