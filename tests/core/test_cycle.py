@@ -552,3 +552,26 @@ def test_a_higher_priority_job_preempts_whatever_its_runtime():
     )
     snap = snapshot(jobs=[urgent], clusters=[c], running_jobs=[r], now_s=1000, policy=policy)
     assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == [("veteran", "urgent")]
+
+
+def test_a_cycle_is_freed_by_reference_counting_alone():
+    """plan_cycle leaves no reference cycle behind: its working state (candidates, holds,
+    reservations) goes as soon as it returns, not at the next cyclic collection. A bound
+    method kept by the reservations once kept several dead cycles alive at once (13 MiB with
+    10,000 waiting jobs)."""
+    import gc
+
+    from cpn.core import cycle as cycle_module
+
+    c, r = _busy_cluster()
+    policy = QueuePolicy(reservation=Reservation(min_gpus=8))
+    jobs = [job("big", gpus=8, priority=1), job("short", gpus=2, submitted_s=1, runtime_s=500)]
+    gc.collect()
+    gc.disable()
+    try:
+        plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=policy))
+        alive = [o for o in gc.get_objects() if type(o) is cycle_module._Cycle]
+    finally:
+        gc.enable()
+    assert hold_of(plan, "big").reserved_start_s == 1000  # the reservation path ran
+    assert alive == []

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 
 from cpn.core import reasons
 from cpn.core.candidates import candidates, in_order
@@ -65,6 +66,16 @@ from cpn.core.reservations import Reservations, held_nodes
 DEFER_MARGIN = 0.1
 
 
+def _candidates_memo(
+    memo: dict[str, list[Candidate]], capacity: Capacity, snapshot: Snapshot, job: Job
+) -> list[Candidate]:
+    """``job``'s candidates, computed once per cycle into ``memo``."""
+    found = memo.get(job.key)
+    if found is None:
+        found = memo[job.key] = candidates(job, capacity, snapshot)
+    return found
+
+
 def plan_cycle(snapshot: Snapshot) -> CyclePlan:
     """Decide what starts, what is preempted and why everything else waits."""
     return _Cycle(snapshot).run()
@@ -85,7 +96,11 @@ class _Cycle:
         self.milp_held: set[str] = set()
         self.cands: dict[str, list[Candidate]] = {}
         self.walked: set[str] = set()  # jobs whose hold is written
-        self.reservations = Reservations(snapshot, self.capacity, self.quota, self._cands_of)
+        # The memo is a partial over plain data, not a bound method: Reservations keeps it, and
+        # a reference back to this object would make every cycle garbage only the cyclic
+        # collector frees (several dead cycles' holds and candidates alive at once).
+        cands_of = partial(_candidates_memo, self.cands, self.capacity, snapshot)
+        self.reservations = Reservations(snapshot, self.capacity, self.quota, cands_of)
 
     # -- 1. eligibility ---------------------------------------------------------------
     def _eligible(self) -> list[Job]:
@@ -190,21 +205,17 @@ class _Cycle:
         wait_done, cand = min(later, key=lambda t: (t[0], t[1].key))
         return cand if wait_done < now_best * (1 - DEFER_MARGIN) else None
 
-    def _cands_of(self, job: Job) -> list[Candidate]:
-        found = self.cands.get(job.key)
-        if found is None:
-            found = self.cands[job.key] = candidates(job, self.capacity, self.snapshot)
-        return found
-
     def run(self) -> CyclePlan:
         eligible = self._eligible()
         ranked = order_jobs(eligible, self.snapshot, self.capacity.gpu_types())
         window = self.policy.placement.window
         self.reservations.position = {item.job.key: i for i, item in enumerate(ranked)}
-        self.cands = cands = {
-            item.job.key: candidates(item.job, self.capacity, self.snapshot)
+        cands = self.cands  # the memo the reservations read too: filled in place
+        cands.clear()
+        cands.update(
+            (item.job.key, candidates(item.job, self.capacity, self.snapshot))
             for item in ranked[:window]
-        }
+        )
         self.reservations.reserve_ahead(ranked)
         if self.policy.placement.method == "milp":
             self._milp_window(ranked[:window], cands)
