@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cpn.core.candidates import candidates
@@ -15,7 +15,9 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.model import Cluster, Job, Node, Running, Snapshot, Start
 from cpn.core.policy import GroupQuota, Limit, Quotas, Reservation
 from cpn.core.presets import PRESETS
+from cpn.core.quota import QuotaLedger
 from tests.builders import job
+from tests.core.test_reservation_overrun import quota_voids_a_reservation
 
 TYPES = ("A100-80GB", "V100-32GB")
 
@@ -237,10 +239,12 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
 
 @PROPERTY
 @given(snapshots())
+@example(quota_voids_a_reservation("u1"))  # room it fits, but not its quota
 def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
     """A job holding a reservation does not wait while room it fits is free, unless starting
     there would delay another reservation (or take room free now from one due now; one due
-    later keeps its nodes, so its cluster and GPU type are not checked here).
+    later keeps its nodes, so its cluster and GPU type are not checked here) or break its
+    quota (the plan's starts count: a job ranked below it may take the quota it waits with).
 
     Also when running jobs are past their predicted ends: their room counts as freeing
     now, but it is not free, and two reserved jobs must not each wait for the other's."""
@@ -250,6 +254,7 @@ def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
     jobs = {j.key: j for j in snap.pending}
     after_snap = _as_running(snap, plan.starts, jobs)
     after = Capacity.from_snapshot(after_snap)
+    quota = QuotaLedger(snap.policy, after_snap.running)
     reserved = {h.job_key: h.reserved_start_s for h in plan.holds if h.reserved_start_s is not None}
     # A reservation due later keeps its nodes (not visible here): its cluster and GPU type.
     later = {
@@ -261,7 +266,7 @@ def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
         j = jobs[key]
         for cand in candidates(j, after, snap):
             nodes = after.fit(j, cand.key)
-            if nodes is None or cand.key in later:
+            if nodes is None or cand.key in later or quota.exceeds(j, cand.key[1]):
                 continue
             start = Start(
                 job_key=key,

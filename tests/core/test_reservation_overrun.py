@@ -136,3 +136,38 @@ def test_a_holder_over_its_quota_leaves_its_room_to_others() -> None:
     plan = plan_cycle(snap)
     assert _starts(plan)["j3"] == ("v-0",)
     assert "j1" not in _reserved(plan)
+
+
+def quota_voids_a_reservation(big_user: str) -> Snapshot:
+    """Node a (A100) has 3 GPUs free and 1 held until NOW + 1, node v (V100) 7 free and 1
+    held by a job past its predicted end. ``big`` (2 x 2 GPUs, ranked first) reserves a,
+    where it completes soonest; ``wide`` (2 x 2 GPUs of user u1, ranked last) claims v,
+    due now, so ``big`` may not start there. User u1 may use 4 GPUs: ``small`` (u1,
+    ranked second) starts beside ``wide`` and puts it over its quota, so ``wide`` loses
+    its reservation. (A property test's example: tests/core/test_properties.py.)"""
+    a = nodes("c", 1, gpus=4, free=[3.0], prefix="a")
+    v = nodes("c", 1, gpu_type=V100, gpus=8, free=[7.0], prefix="v")
+    quotas = Quotas(groups={"g": GroupQuota(limit=Limit(gpus=16.0), users={"u1": Limit(gpus=4.0)})})
+    reservation = Reservation(min_gpus=4, claim_big=True, drain_after_s=None)
+    policy = replace(PRESETS["gavel"], quotas=quotas, reservation=reservation)
+    fast_a100: dict[str, float] = {A100: 10.0, V100: 12.0}
+    return snapshot(
+        now_s=NOW,
+        policy=policy,
+        clusters=[cluster("c", a, v)],
+        running_jobs=[_holder("ra", a[0], 1, NOW + 1.0), _holder("rv", v[0], 1, 0.0)],
+        jobs=[
+            job("big", gpus=2, workers=2, runtime_s=fast_a100, user=big_user, group="g"),
+            job("small", runtime_s={V100: 10.0}, user="u1", group="g"),
+            job("wide", gpus=2, workers=2, runtime_s={V100: 10.0}, user="u1", group="g"),
+        ],
+    )
+
+
+def test_a_reserved_job_waits_when_one_ranked_below_takes_its_quota() -> None:
+    """``big`` is of user u1 too: once ``small`` started, the room ``wide`` held would fit
+    ``big`` but its quota does not (4 GPUs, 1 in use, it needs 4), so it keeps its
+    reservation and waits."""
+    plan = plan_cycle(quota_voids_a_reservation("u1"))
+    assert _starts(plan) == {"small": ("v-0",)}
+    assert _reserved(plan) == {"big": NOW + 1.0}
