@@ -240,6 +240,7 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
 @PROPERTY
 @given(snapshots())
 @example(quota_voids_a_reservation("u1"))  # room it fits, but not its quota
+@example(quota_voids_a_reservation("u2"))  # room a reservation held, then dropped
 def test_a_reserved_job_never_waits_beside_room_it_fits(snap: Snapshot) -> None:
     """A job holding a reservation does not wait while room it fits is free, unless starting
     there would delay another reservation (or take room free now from one due now; one due

@@ -171,3 +171,12 @@ def test_a_reserved_job_waits_when_one_ranked_below_takes_its_quota() -> None:
     plan = plan_cycle(quota_voids_a_reservation("u1"))
     assert _starts(plan) == {"small": ("v-0",)}
     assert _reserved(plan) == {"big": NOW + 1.0}
+
+
+def test_room_a_reservation_no_longer_holds_goes_to_the_job_that_waited_for_it() -> None:
+    """``big`` (another user) waited to keep ``wide``'s room; ``small`` then put ``wide``
+    over its quota and the room is no reservation's: ``big`` starts there (before: it
+    waited beside room it fits that no reservation held)."""
+    plan = plan_cycle(quota_voids_a_reservation("u2"))
+    assert _starts(plan) == {"small": ("v-0",), "big": ("v-0", "v-0")}
+    assert _reserved(plan) == {}

@@ -15,13 +15,14 @@ One cycle, in order:
    (backfill), or on what a reservation's nodes have to spare when the
    reservation keeps its start there or on other room (backfill by resource;
    one that could start now on free room keeps free room). A job over its
-   quota holds no reservation. A big or long-waiting job that does not fit
-   gets a reservation at the earliest instant and place it will fit as running
-   jobs end (room free now first: a job past its predicted end frees its room
-   "now" only on paper); a big one
-   (``claim_big``) or one that has waited ``drain_after_s`` (draining: these go
-   first, oldest first) keeps the room even when it is free now, so jobs ranked
-   above it cannot take it the moment it frees.
+   quota holds no reservation (when a start puts a holder over, the jobs that
+   waited beside its room try again, in rank order, before the walk goes on).
+   A big or long-waiting job that does not fit gets a reservation at the
+   earliest instant and place it will fit as running jobs end (room free now
+   first: a job past its predicted end frees its room "now" only on paper); a
+   big one (``claim_big``) or one that has waited ``drain_after_s`` (draining:
+   these go first, oldest first) keeps the room even when it is free now, so
+   jobs ranked above it cannot take it the moment it frees.
 4. For the head of the queue (the window), the MILP of
    :mod:`cpn.core.placement` may revise the greedy choice jointly, when the
    greedy one is not already optimal.
@@ -96,6 +97,8 @@ class _Cycle:
         self.milp_held: set[str] = set()
         self.cands: dict[str, list[Candidate]] = {}
         self.walked: set[str] = set()  # jobs whose hold is written
+        # Jobs held while a reservation could hold room they fit, in rank order.
+        self.kept_out: list[tuple[Ranked, list[Candidate]]] = []
         # The memo is a partial over plain data, not a bound method: Reservations keeps it, and
         # a reference back to this object would make every cycle garbage only the cyclic
         # collector frees (several dead cycles' holds and candidates alive at once).
@@ -248,7 +251,10 @@ class _Cycle:
             job_cands = cands.get(job.key)
             if job_cands is None:
                 job_cands = candidates(job, self.capacity, self.snapshot)
+            dropped = self.reservations.dropped
             started_now = self._place_one(item, job_cands, position)
+            if started_now and self.reservations.dropped != dropped:
+                self._retry_kept_out()
             if not started_now and self.policy.ordering in STRICT_ORDERINGS:
                 blocked_by = item
         for position, item in lent:
@@ -302,6 +308,7 @@ class _Cycle:
                 position,
                 reserved_start_s=held.start_s,
             )
+            self.kept_out.append((item, cands))
             return False
         if not cands:
             self._hold(
@@ -324,8 +331,30 @@ class _Cycle:
             return False
         if self._try_start(item, cands) is not None:
             return True
-        self._hold(job, *self._why_not(item, cands), item, position)
+        reason, message = self._why_not(item, cands)
+        self._hold(job, reason, message, item, position)
+        if reason is WaitReason.Reservation:
+            self.kept_out.append((item, cands))
         return False
+
+    def _retry_kept_out(self) -> None:
+        """A start put a reservation's holder over its quota, so the room it held is free:
+        the jobs held beside reserved room try again, in rank order (from the top again
+        after each start that drops one more), before any job ranked below them."""
+        while True:
+            for entry in list(self.kept_out):
+                item, cands = entry
+                dropped = self.reservations.dropped
+                if self._try_start(item, cands) is None:
+                    continue
+                key = item.job.key
+                self.kept_out.remove(entry)
+                self.walked.discard(key)
+                self.holds = [h for h in self.holds if h.job_key != key]
+                if self.reservations.dropped != dropped:
+                    break
+            else:
+                return
 
     def _why_not(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         job = item.job

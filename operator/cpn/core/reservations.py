@@ -66,6 +66,7 @@ class Reservations:
         self._pending = snapshot.pending
         self.held: list[Reserved] = []
         self.heads: set[str] = set()  # per level, the first-ranked job that fits nowhere
+        self.dropped = 0  # reservations dropped as starts put their holders over quota
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
 
@@ -202,6 +203,7 @@ class Reservations:
                 # Over its quota now, the holder cannot start in this cycle: its room is
                 # free for others (it reserves again once its quota allows).
                 self.held.remove(res)
+                self.dropped += 1
             elif res.key == cand.key and res.nodes.intersection(nodes):
                 # A job ranked above the holder under a strict order may take its room.
                 others = [r for r in self.held if r is not res]
