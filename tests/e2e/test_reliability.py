@@ -266,7 +266,8 @@ def test_a_broken_policy_and_a_restart_keep_the_last_good_policy(
             timeout_s=90,
             what=f"PolicyRestored naming {version}",
         )
-        assert refused() > before
+        # Events go out through several writers: the refusal may land after PolicyRestored.
+        wait_until(lambda: refused() > before, timeout_s=30, what="InvalidPolicy for the edit")
         with new_namespace(hub, "lastgood", user="mallory", group="vision") as ns:
             long = {"A100-80GB": "60s", "V100-32GB": "60s"}
             assert apply(hub, ns, aijob("first", durations=long)).returncode == 0
