@@ -10,11 +10,17 @@ For a query (model ``m``, type ``T``, batch ``b``, ``n`` GPUs, precision class `
    input (the same benchmark: Gavel's ResNet-50 on ImageNet is not compared with Lambda's
    rows, measured on other hosts), GPU count, class and batch size (log-log interpolated
    over ``K``'s batch sizes, clamped to the measured range); per model the mean log
-   ratio, then the mean over the models. Same GPU count: the ratio carries how the new
-   type's server scales.
+   ratio, then the weighted mean over the models (below). Same GPU count: the ratio
+   carries how the new type's server scales.
+   **The reference models are weighted by how alike their speed profile is to ``m``'s**:
+   for each reference ``g``, the mean gap ``d_g`` between ``m``'s and ``g``'s log ratio
+   over ``K`` on the other known types (both measured there, same GPU count and class),
+   weight ``1 / (0.05 + d_g)^2`` (a reference never measured with ``m`` elsewhere: ``d_g
+   = 0.5``). A reference that tracked ``m`` from ``K`` to every other type is the better
+   guide to ``T``.
 2. That ratio is moved from the reference models to ``m`` by the spec sheet: plus ``m``'s
-   own log speed-up ``K -> T`` minus the reference models' mean (each speed-up the
-   catalog blend ``compute^a x bandwidth^(1-a)`` with the model's own fitted compute
+   own log speed-up ``K -> T`` minus the reference models' (weighted) mean (each speed-up
+   the catalog blend ``compute^a x bandwidth^(1-a)`` with the model's own fitted compute
    share ``a``): a compute-bound model gains more from a type that is faster in compute.
 3. The prediction from ``K`` is ``m``'s measured throughput on ``K`` (same GPU count,
    class, batch) times that ratio: ``m``'s own multi-GPU scaling comes from ``K``.
@@ -50,6 +56,10 @@ from predictor.measurements import Measurement
 
 #: the fewest known types a transfer must combine, else None (the caller falls back)
 MIN_TYPES = 3
+#: ``d`` in a reference's weight ``1 / (PROFILE_EPS + d)^2`` (d: mean log-ratio gap to the model)
+PROFILE_EPS = 0.05
+#: the gap assumed for a reference with no known type shared with the model besides ``K``
+UNSHARED_GAP = 0.5
 #: the precision "class" of every row: what a row of unknown precision is compared with
 ANY = "*"
 
@@ -130,6 +140,37 @@ class RatioTransfer:
             return False
         return self.has_tf32(anchor) != self.has_tf32(target)
 
+    def reference_weights(
+        self,
+        model: str,
+        target: str,
+        anchor: str,
+        cls: str,
+        gpus: int,
+        references: Iterable[str],
+    ) -> dict[str, float]:
+        """Per reference model, ``1 / (PROFILE_EPS + d)^2``: ``d`` is the mean absolute gap
+        between ``model``'s and the reference's log ratio over ``anchor`` on every other
+        known type (not ``target``; in FP32 not across the TF32 break) where both were
+        measured at ``gpus`` in ``cls``; :data:`UNSHARED_GAP` where there is none."""
+        gaps: dict[str, list[float]] = {g: [] for g in references}
+        for other in sorted(self._types_of.get(model, ())):
+            if other in (anchor, target):
+                continue
+            if cls == "fp32" and self._across_tf32(other, target):
+                continue
+            found = self.ratios(other, anchor, cls, gpus)
+            own = found.get(model)
+            if own is None:
+                continue
+            for g, seen in gaps.items():
+                if g in found:
+                    seen.append(abs(own - found[g]))
+        return {
+            g: 1.0 / (PROFILE_EPS + (sum(v) / len(v) if v else UNSHARED_GAP)) ** 2
+            for g, v in gaps.items()
+        }
+
     def predict(
         self,
         model: str,
@@ -152,11 +193,15 @@ class RatioTransfer:
             per = {g: r for g, r in self.ratios(gpu_type, anchor, cls, gpus).items() if g != model}
             if own is None or not per:
                 continue
-            ref_speedup = sum(
-                math.log(self.speedup(anchor, gpu_type, precision, g)) for g in per
-            ) / len(per)
+            alike = self.reference_weights(model, gpu_type, anchor, cls, gpus, per)
+            total_alike = sum(alike.values())
+            ref_speedup = (
+                sum(alike[g] * math.log(self.speedup(anchor, gpu_type, precision, g)) for g in per)
+                / total_alike
+            )
             own_speedup = math.log(self.speedup(anchor, gpu_type, precision, model))
-            ratio = sum(per.values()) / len(per) + own_speedup - ref_speedup
+            moved = sum(alike[g] * r for g, r in per.items()) / total_alike
+            ratio = moved + own_speedup - ref_speedup
             spread = max(per.values()) - min(per.values()) if len(per) > 1 else 0.5
             closeness = 1.0 / (0.1 + abs(math.log(self.speedup(anchor, gpu_type, precision, ""))))
             logs.append(math.log(own) + ratio)

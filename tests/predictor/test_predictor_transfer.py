@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from predictor.measurements import Measurement, query_of
 from predictor.model import ThroughputModel
-from predictor.transfer import MIN_TYPES, RatioTransfer
+from predictor.transfer import MIN_TYPES, PROFILE_EPS, UNSHARED_GAP, RatioTransfer
 
 KNOWN = ("A", "B", "C")
 
@@ -130,3 +131,40 @@ def test_rows_of_unknown_precision_are_compared_with_every_class():
     got = t.predict("other", "N", 32, 1, "")
     assert got is not None and got[0] == pytest.approx(0.5 * 100.0 * 1.2 * 3.0)
     assert t.predict("other", "N", 32, 1, "fp16") is None  # no FP16 reference on N
+
+
+def _profile_rows() -> list[Measurement]:
+    """Four known types; 'other' runs at half of ref2's speed on every one of them (ref2's
+    speed profile), ref1's profile differs. On N ref1 is 3x and ref2 1.5x their A rate."""
+    ref1 = {"A": 100.0, "B": 200.0, "C": 400.0, "D": 250.0, "N": 300.0}
+    ref2 = {"A": 100.0, "B": 300.0, "C": 150.0, "D": 400.0, "N": 150.0}
+    rows = [_m("ref1", g, s) for g, s in ref1.items()]
+    rows += [_m("ref2", g, s) for g, s in ref2.items()]
+    rows += [_m("other", g, 0.5 * s) for g, s in ref2.items() if g != "N"]
+    return rows
+
+
+def test_the_reference_whose_profile_the_model_follows_weighs_most():
+    """'other' tracked ref2 from every known type to every other: its rate on N follows
+    ref2's ratio (75/s), not the plain mean of both references' ratios (about 106/s)."""
+    t = RatioTransfer(_profile_rows(), _flat)
+    got = t.predict("other", "N", 32, 1, "fp16")
+    assert got is not None
+    assert got[0] == pytest.approx(0.5 * 150.0, rel=0.02)
+    weights = t.reference_weights("other", "N", "A", "mixed", 1, ("ref1", "ref2"))
+    assert weights["ref2"] == pytest.approx(1.0 / PROFILE_EPS**2)
+    assert weights["ref1"] < weights["ref2"] / 50
+
+
+def test_a_reference_never_measured_with_the_model_elsewhere_gets_the_default_gap():
+    """With the model measured on the anchor alone, nothing compares it with the
+    references: every reference gets the same weight (the plain mean, as before)."""
+    rows = [r for r in _profile_rows() if not (r.model == "other" and r.gpu_type != "A")]
+    t = RatioTransfer(rows, _flat, min_types=1)
+    weights = t.reference_weights("other", "N", "A", "mixed", 1, ("ref1", "ref2"))
+    assert weights == {
+        "ref1": pytest.approx(1.0 / (PROFILE_EPS + UNSHARED_GAP) ** 2),
+        "ref2": pytest.approx(1.0 / (PROFILE_EPS + UNSHARED_GAP) ** 2),
+    }
+    got = t.predict("other", "N", 32, 1, "fp16")
+    assert got is not None and got[0] == pytest.approx(50.0 * math.sqrt(3.0 * 1.5))
