@@ -31,6 +31,9 @@ def main() -> int:
     parser.add_argument("--keep-bed", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy file of the operator (raw format)")
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
+    parser.add_argument(
+        "--samples", type=Path, help="also write uid -> [submitted, seen] (monotonic s) there"
+    )
     args = parser.parse_args()
     n = int(args.rate * args.seconds)
     folder = Path(tempfile.mkdtemp(prefix="cpn-bench-latency-"))
@@ -70,6 +73,10 @@ def main() -> int:
         watcher.wait_for(list(submitted), timeout_s=300)
         watcher.stop()
         latencies = [watcher.seen[uid] - t for uid, t in submitted.items()]
+        if args.samples:
+            args.samples.write_text(
+                json.dumps({uid: [t, watcher.seen[uid]] for uid, t in submitted.items()})
+            )
         out["submitted_in_s"] = round(submit_span, 1)
         out["submissions_late_over_100ms"] = late
         out["latency_s"] = {

@@ -26,6 +26,7 @@ def _write(tmp: Path, jobs: list[tuple[str, float, float, str]]) -> tuple[Path, 
 def test_laws_learnt_per_group_order_the_waiting_jobs_of_two_groups(tmp_path: Path) -> None:
     """Group 'short' always runs 100 s, 'long' 10,000 s: ten jobs learnt one after the other,
     then a burst that waits together is ranked right (most waiting pairs agree)."""
+
     def job(i: int, submit: float) -> tuple[str, float, float, str]:
         return f"j{i:03d}", submit, 100.0 if i % 2 else 10_000.0, "short" if i % 2 else "long"
 
