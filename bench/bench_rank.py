@@ -17,7 +17,7 @@ arrived, and learnt when it finished. The model and declared work are hidden (as
 Usage::
 
     cpn simulate --trace T --clusters C --policy fifo --estimator oracle --out D
-    python bench/bench_rank.py --trace T --schedule D/jobs-fifo.csv [--window N] [--json]
+    python bench/bench_rank.py --trace T --schedule D/jobs-fifo.csv [--window N]
 """
 
 from __future__ import annotations
@@ -134,7 +134,6 @@ def main() -> None:
     parser.add_argument("--schedule", type=Path, required=True, help="jobs-<policy>.csv")
     parser.add_argument("--reference-gpu", default="P100")
     parser.add_argument("--window", type=int, default=50, help="runtimes kept per key")
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = measure(
         args.trace,
@@ -142,11 +141,7 @@ def main() -> None:
         reference_gpu=args.reference_gpu,
         window=args.window,
     )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for name, value in result.items():
-            print(f"{name:12s} {value:.4f}" if isinstance(value, float) else f"{name:12s} {value}")
+    print(json.dumps(result))  # one JSON document
 
 
 if __name__ == "__main__":
