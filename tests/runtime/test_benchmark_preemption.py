@@ -9,6 +9,7 @@ from typing import Any
 
 from cpn.config import OperatorConfig
 from cpn.core.model import CyclePlan, Hold, WaitReason
+from cpn.runtime.benchmarks import UNSEEN_GRACE_S
 from cpn.runtime.engine import Runtime
 from tests.builders import cluster, job, nodes, snapshot
 from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
@@ -77,6 +78,58 @@ def test_a_benchmark_is_preempted_then_runs_again_once_its_old_job_is_gone() -> 
         await after_cycle(runtime, free=8.0, waiting=False)
         assert member.created == [JOB]
         assert [(s["phase"], s["reason"]) for _, _, s in hub.patches] == [("Running", "Started")]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.pool.shutdown(wait=True)
+        runtime.write_pool.shutdown(wait=True)
+
+
+def test_a_job_just_created_is_not_gone_before_its_informer_shows_it() -> None:
+    """The member's informer lags the create: a Running benchmark whose new Job is not in
+    the mirror yet stays Running (the e2e run on a loaded machine once failed it "its
+    member Job is gone"); a Job seen and then gone, or never seen within the grace, is."""
+    hub = FakeHub()
+    clock = FakeClock()
+    runtime = Runtime(
+        OperatorConfig(), hub, FixedEstimator(), clock=clock, leadership=FakeLeadership()
+    )
+    member = FakeMember("m1")
+    runtime.members["m1"] = member
+    runtime.member_status["m1"] = (True, "")
+    pending = running_benchmark()
+    pending["status"] = {"phase": "Pending"}
+    runtime.benchmarks["bm"] = pending
+    runtime.benchmarks_listed = True
+
+    def phases() -> list[tuple[str, str]]:
+        return [(s["phase"], s["reason"]) for _, _, s in hub.patches]
+
+    async def scenario() -> None:
+        runtime.loop = asyncio.get_running_loop()
+        await after_cycle(runtime, free=8.0, waiting=False)
+        assert member.created == [JOB] and phases() == [("Running", "Started")]
+        clock.advance(30)
+        await after_cycle(runtime, free=7.0, waiting=False)  # not in the mirror yet
+        assert phases() == [("Running", "Started")]
+        member.jobs[JOB] = {"metadata": {"name": JOB}, "status": {}}  # the informer shows it
+        await after_cycle(runtime, free=7.0, waiting=False)
+        assert phases() == [("Running", "Started")]
+        del member.jobs[JOB]  # seen, then gone: told at once
+        await after_cycle(runtime, free=8.0, waiting=False)
+        assert phases() == [("Running", "Started"), ("Failed", "JobGone")]
+
+        hub.patches.clear()  # never seen at all: told once the grace is over
+        runtime.benchmarks["bm"] = {**pending, "status": {"phase": "Pending"}}
+        await after_cycle(runtime, free=8.0, waiting=False)
+        assert phases() == [("Running", "Started")]
+        clock.advance(UNSEEN_GRACE_S - 1)
+        await after_cycle(runtime, free=7.0, waiting=False)
+        assert phases() == [("Running", "Started")]
+        clock.advance(2)
+        await after_cycle(runtime, free=7.0, waiting=False)
+        assert phases() == [("Running", "Started"), ("Failed", "JobGone")]
 
     try:
         asyncio.run(scenario())

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 #: reason (and Event) of a GPUBenchmark whose Job a user job's need stopped
 PREEMPTED = "PreemptedByUserJob"
 
+#: how long a Job this process created may stay unseen by its member's informer before
+#: its GPUBenchmark is told the Job is gone (the informer lags the create; the same
+#: five minutes as Kubernetes' own controllers wait on their expectations)
+UNSEEN_GRACE_S = 300.0
+
 
 class Benchmarking:
     """GPUBenchmarks: watched, created, started, followed, learned from. Shares the
@@ -43,6 +48,7 @@ class Benchmarking:
         self.listed = False
         self.busy: set[str] = set()  # with a call in flight
         self._preempted: set[str] = set()  # whose deleted Job may still be seen
+        self._unseen: dict[str, float] = {}  # created here, not seen yet: since (monotonic)
         self._speeds_judged: object = None  # what the slow-node rule was judged on
         self._slow_told: set[tuple[str, str]] = set()  # (GPUBenchmark, model) warned about
 
@@ -237,6 +243,7 @@ class Benchmarking:
             why = describe(err)
             await self._bench_finish(spec.name, body, "JobNotCreated", why, failed=True)
             return
+        self._unseen[spec.name] = self.state.clock.monotonic()
         status = {
             "phase": core.RUNNING,
             "reason": "Started",
@@ -255,6 +262,9 @@ class Benchmarking:
         job = member.jobs.get(api.job_name(name))
         if job is None and name in self._preempted:
             return  # preempted: its Pending status is on its way
+        if job is None and self._not_seen_yet(name):
+            return  # created a moment ago: its member's informer has not shown it yet
+        self._unseen.pop(name, None)
         if job is None:
             self._bench_call(
                 name, self._bench_finish, name, body, "JobGone", "its member Job is gone", True
@@ -268,6 +278,10 @@ class Benchmarking:
         if "Complete" in conditions or "Failed" in conditions:
             failed = conditions.get("Failed")
             self._bench_call(name, self._bench_result, body, spec, member, failed)
+
+    def _not_seen_yet(self, name: str) -> bool:
+        since = self._unseen.get(name)
+        return since is not None and self.state.clock.monotonic() - since < UNSEEN_GRACE_S
 
     def _maybe_preempt(self, name: str, body: Mapping[str, Any], job_key: str) -> bool:
         """Preempt a Running benchmark for the AIJob ``job_key`` (the rule:
