@@ -18,6 +18,7 @@ from typing import Any
 
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import hint, join
+from cpn.api.policydomains import DOMAIN_KEYS, read_domains
 from cpn.api.policyfields import (
     Invalid,
     Parser,
@@ -86,6 +87,7 @@ _TOP_SECTIONS = (
     "retry",
     "benchmarks",
     "namespaces",
+    "domains",
 )
 _LEVEL: Mapping[str, Parser] = {
     "name": name_text,
@@ -191,6 +193,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "retry": tuple(_RETRY),
         "benchmarks": tuple(_BENCHMARKS),
         "namespaces.<namespace>": _NAMESPACE,
+        "domains.<domain>": DOMAIN_KEYS,
     }
 )
 
@@ -379,6 +382,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         retry=Retry(**reader.section(top.get("retry"), "retry", _RETRY)),
         benchmarks=Benchmarks(**reader.section(top.get("benchmarks"), "benchmarks", _BENCHMARKS)),
         namespaces=_namespaces(reader, top.get("namespaces")),
+        domains=read_domains(reader, top.get("domains")),
         **fields,
     )
     _check_placement(reader, policy.placement)
