@@ -186,12 +186,19 @@ class Dispatching:
             self.state.clock.wall(),
             nonce=secrets.token_hex(4),
             restart_cost_s=self.state.store.policy.preemption.restart_cost_s,
+            domain=self._domain_of(start),
         )
         creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
         others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
         self.following.carry_out(record, lifecycle.Step(step.record, others))
         for create in creates:
             self._launch(record, member, start, create)
+
+    def _domain_of(self, start: Start) -> str:
+        """The domain of the nodes ``start`` names, as the cycle saw them."""
+        view = self.state.views.get(start.cluster)
+        nodes = {node.name: node.domain for node in view.nodes} if view is not None else {}
+        return nodes.get(start.nodes[0], "") if start.nodes else ""
 
     def _launch(
         self, record: Record, member: Member, start: Start, create: effects.CreateJob
@@ -203,7 +210,8 @@ class Dispatching:
             attempt=create.attempt,
             hub=self.state.config.hub,
             namespace=member.spec.namespace,
-            affinity=self.state.store.policy.placement.affinity,
+            # a job in a domain is pinned to its nodes: its GPU type alone could take others
+            affinity="node" if record.domain else self.state.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
             hami_pool=self.state.config.hami_pool or None,
             resume_from_s=create.resume_from_s,
