@@ -272,6 +272,12 @@ class HubWrites:
             # free GPUs per domain of the policy (none when it names none)
             in_domains = _tally((node.domain, node) for node in view.nodes if node.domain)
             status["domains"] = [{"domain": d, **row} for d, row in in_domains.items()] or None
+            status["domainsFree"] = (
+                ", ".join(
+                    f"{d} {row['gpusFree']:g}/{row['gpusTotal']:g}" for d, row in in_domains.items()
+                )
+                or None
+            )
             status["gpusTotal"] = sum(r["gpusTotal"] for r in types.values())
             status["gpusFree"] = sum(r["gpusFree"] for r in types.values())
             status["nodes"] = len(view.nodes)
