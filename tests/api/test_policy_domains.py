@@ -3,11 +3,16 @@ the field that holds it."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from cpn.api.policy import parse_policy
 from cpn.core.errors import PolicyError
+from cpn.core.model import Cluster, Node, Snapshot
 from cpn.core.policy import Domain
+from cpn.decisions import decode, encode
 
 EXAMPLE = """
 domains:
@@ -81,3 +86,14 @@ def test_mistakes_are_refused_naming_the_field(document: str, error: str) -> Non
     with pytest.raises(PolicyError) as raised:
         parse_policy(document)
     assert error in str(raised.value)
+
+
+def test_domains_survive_the_decision_log_so_replay_decides_the_same() -> None:
+    node = Node(cluster="north", name="n1", gpu_type="A100-80GB", gpus=8, free_gpus=8.0)
+    snap = Snapshot(
+        now_s=1.0,
+        policy=parse_policy(EXAMPLE),
+        clusters=(Cluster(name="north", nodes=(replace(node, domain="interactive"),)),),
+    )
+    logged = json.loads(json.dumps(encode(snap)))
+    assert decode(Snapshot, logged) == snap
