@@ -186,19 +186,13 @@ class Dispatching:
             self.state.clock.wall(),
             nonce=secrets.token_hex(4),
             restart_cost_s=self.state.store.policy.preemption.restart_cost_s,
-            domain=self._domain_of(start),
+            domain=self.state.domain_at(start.cluster, start.nodes),
         )
         creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
         others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
         self.following.carry_out(record, lifecycle.Step(step.record, others))
         for create in creates:
             self._launch(record, member, start, create)
-
-    def _domain_of(self, start: Start) -> str:
-        """The domain of the nodes ``start`` names, as the cycle saw them."""
-        view = self.state.views.get(start.cluster)
-        nodes = {node.name: node.domain for node in view.nodes} if view is not None else {}
-        return nodes.get(start.nodes[0], "") if start.nodes else ""
 
     def _launch(
         self, record: Record, member: Member, start: Start, create: effects.CreateJob
