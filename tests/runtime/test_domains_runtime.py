@@ -84,3 +84,16 @@ def test_a_dispatched_job_shows_its_domain_until_it_is_requeued() -> None:
     assert again.domain == "fast"  # read back after a restart
     back = unplaced(replace(step.record))
     assert back.domain == "" and "domain" not in render_status(back, 100.0)[0]
+
+
+def test_a_member_shows_its_free_gpus_per_domain(shell):  # noqa: F811
+    runtime, hub = shell[0], shell[1]
+    fast, other = nodes("m1", 2)
+    view = (replace(fast, domain="fast", free_gpus=2.0), other)
+    runtime.members["m1"] = FakeMember("m1")
+    runtime.state.views["m1"] = Cluster(name="m1", nodes=view)
+    asyncio.run(runtime.writer.write_member_status("m1"))
+    (status,) = [p[2] for p in hub.patches if p[:2] == ("member", "m1")]
+    assert status["domains"] == [{"domain": "fast", "nodes": 1, "gpusTotal": 8.0, "gpusFree": 2.0}]
+    assert status["domainsFree"] == "fast 2/8"
+    assert status["gpusFree"] == 10.0  # every node, in a domain or not
