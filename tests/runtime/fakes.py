@@ -52,6 +52,10 @@ class FakeHub:
     def list_members(self) -> list[dict[str, Any]]:
         return list(self.member_bodies)
 
+    def patch_member_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Recorded as ("member", name, status)."""
+        self.patches.append(("member", name, dict(status)))
+
     def patch_aijob_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if self.fail_with is not None:
             raise self.fail_with

@@ -24,7 +24,9 @@ from cpn.adapters.probe import ProbeFn, Prober
 from cpn.api import constants as k
 from cpn.api.quantity import parse_quantity
 from cpn.core.capacity import Usage
+from cpn.core.domains import CONFLICT, node_domain
 from cpn.core.model import Cluster, Node
+from cpn.core.policy import Domain
 from predictor.catalog import UnknownName, canonical_gpu
 
 log = logging.getLogger(__name__)
@@ -118,6 +120,7 @@ class Member:
         self.prober = Prober(name, api, on_probe) if on_probe is not None else None
         self.unknown_types: set[str] = set()
         self._parsed: dict[str, tuple[str | None, Node | None]] = {}  # name -> (version, node)
+        self._domains: tuple[Domain, ...] = ()  # the policy's domains the parsed nodes are in
         # name -> (parsed node, what is free on it, the node with it): the last answer
         self._current: dict[str, tuple[Node, tuple[float | None, ...], Node]] = {}
 
@@ -206,8 +209,13 @@ class Member:
         *,
         ready: bool,
         cpu_util: Mapping[str, float] | None = None,
+        domains: tuple[Domain, ...] = (),
     ) -> Cluster:
-        """The core view: nodes with GPUs, free = allocatable - others' pods - cpn's jobs."""
+        """The core view: nodes with GPUs, free = allocatable - others' pods - cpn's jobs,
+        each in its domain of ``domains`` (the policy's)."""
+        if domains is not self._domains:  # a new policy: every node's domain resolved again
+            self._domains = domains
+            self._parsed, self._current = {}, {}
         other: dict[str, Usage] = {}
         for node_name, usage in list(self.pods.values()):
             total = other.setdefault(node_name, Usage())
@@ -238,8 +246,8 @@ class Member:
     def _node(
         self, name: str, obj: Mapping[str, Any], other: Usage, ours: Usage, cpu_util: float | None
     ) -> Node | None:
-        """The node with what is free on it now; its fixed facts are parsed once per
-        version of the Node object (every cycle asks for every node)."""
+        """The node with what is free on it now; its fixed facts and its domain are parsed
+        once per version of the Node object (every cycle asks for every node)."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
         cached = self._parsed.get(name)
         if cached is None or cached[0] != version or version is None:
@@ -289,6 +297,15 @@ class Member:
         )
         cpu = _qty(alloc.get("cpu"))
         memory = _qty(alloc.get("memory"), _GIB)
+        domain = node_domain(self._domains, self.name, labels)
+        if CONFLICT in domain:
+            log.warning(
+                "member %s node %s: selected by domains %s; no job is placed on it until "
+                "the policy's domains are made exclusive",
+                self.name,
+                name,
+                " and ".join(domain.split(CONFLICT)),
+            )
         return Node(
             cluster=self.name,
             name=name,
@@ -301,6 +318,7 @@ class Member:
             memory_gib=memory,
             free_memory_gib=memory,
             schedulable=ready and not (obj.get("spec") or {}).get("unschedulable", False),
+            domain=domain,
         )
 
     # -- writes (called from worker threads) ---------------------------------------------

@@ -40,6 +40,7 @@ class Saved:
     fifo_due_s: float | None = None
     cluster: str = ""
     gpu_type: str = ""
+    domain: str = ""
     nodes: tuple[str, ...] = ()
     alone: bool = False
     gpu_usage: GpuUsage | None = None
@@ -124,6 +125,7 @@ def saved_status(status: Mapping[str, Any]) -> Saved:
         fifo_due_s=parse_time(status.get("fifoDue")),
         cluster=str(status.get("cluster") or ""),
         gpu_type=gpu_type,
+        domain=str(status.get("domain") or ""),
         nodes=tuple(status.get("nodes") or ()),
         alone=bool(status.get("runsAlone")),
         gpu_usage=usage,

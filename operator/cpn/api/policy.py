@@ -11,20 +11,31 @@ as a hint), so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
-import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from cpn.api.fields import FieldReader, hint, join
 from cpn.api.fields import describe_value as _kind
-from cpn.api.fields import short_repr as _short
+from cpn.api.fields import hint, join
+from cpn.api.policydomains import DOMAIN_KEYS, read_domains
+from cpn.api.policyfields import (
+    Invalid,
+    Parser,
+    PolicyReader,
+    boolean,
+    choice,
+    figure,
+    formula,
+    ident,
+    integer,
+    name_text,
+    names,
+    number,
+)
 from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
-from cpn.core.errors import FieldError, FormulaError, PolicyError
+from cpn.core.errors import FieldError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
-from cpn.core.formula import compile_formula
 from cpn.core.policy import (
     BENCHMARK_MODELS,
     Aging,
@@ -52,151 +63,17 @@ MAX_DURATION_S = 366 * 86400.0  # a year
 MAX_WEIGHT = 1e6
 MAX_LEVEL = 1e9  # user/group levels and job priorities
 MAX_LEVELS = 64
-MAX_NAME = 253
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-class _Invalid(Exception):
-    """One value is wrong; ``at`` is appended to the field's path (e.g. ``[2]``)."""
-
-    def __init__(self, message: str, at: str = "") -> None:
-        super().__init__(message)
-        self.at = at
-
-
-Parser = Callable[[Any], Any]
-
-
-def _num(value: float) -> str:
-    """A bound as an admin would write it: 31622400, not 3.16224e+07."""
-    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
-
-
-# --- scalar parsers: each returns the value or raises _Invalid -----------------
-
-
-def _number(low: float, high: float, *, above: bool = False, nullable: bool = False) -> Parser:
-    """A finite number in [low, high] (or (low, high] with ``above``); null if ``nullable``."""
-
-    def parse(value: Any) -> float | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            quoted = isinstance(value, str) and _looks_numeric(value)
-            hint = " (write it without quotes)" if quoted else ""
-            raise _Invalid(f"expected a number, got {_kind(value)}{hint}")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise _Invalid(f"must be at most {_num(high)}, got a huge integer") from None
-        if not math.isfinite(number):
-            raise _Invalid(f"must be a finite number, got {value}")
-        if above and number <= low:
-            raise _Invalid(f"must be greater than {_num(low)}, got {value}")
-        if number < low:
-            raise _Invalid(f"must be at least {_num(low)}, got {value}")
-        if number > high:
-            raise _Invalid(f"must be at most {_num(high)}, got {value}")
-        return number
-
-    return parse
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _integer(low: int, high: int, *, nullable: bool = False) -> Parser:
-    def parse(value: Any) -> int | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"expected an integer, got {_kind(value)}")
-        if not low <= value <= high:
-            raise _Invalid(f"must be between {low} and {high}, got {_short(value)}")
-        return value
-
-    return parse
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        yaml11 = isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n")
-        hint = " (only true and false are booleans)" if yaml11 else ""
-        raise _Invalid(f"expected true or false, got {_kind(value)}{hint}")
-    return value
-
-
-def _name(value: Any) -> str:
-    """A display name: any text but invisible characters (controls, zero-width, bidi)."""
-    if not isinstance(value, str) or not value.strip():
-        raise _Invalid(f"expected a non-empty string, got {_kind(value)}")
-    if len(value) > MAX_NAME:
-        raise _Invalid(f"is longer than {MAX_NAME} characters")
-    for index, char in enumerate(value):
-        if unicodedata.category(char)[0] in "CZ" and char != " ":
-            raise _Invalid(f"{value!a}: invisible character U+{ord(char):04X} at {index}")
-    return value
-
-
-def _ident(value: Any) -> str:
-    """A name that is matched (group, user, queue, namespace, GPU type): printable ASCII
-    without spaces, so no look-alike or invisible character makes two names seem one."""
-    name = _name(value)
-    for index, char in enumerate(name):
-        if not " " < char < "\x7f":
-            raise _Invalid(f"{name!a}: character U+{ord(char):04X} at {index} is not ASCII")
-    return name
-
-
-def _choice(options: tuple[str, ...]) -> Parser:
-    def parse(value: Any) -> str:
-        if not isinstance(value, str) or value not in options:
-            near = hint(value, options) if isinstance(value, str) else ""
-            raise _Invalid(f"must be one of {', '.join(options)}; got {_kind(value)}{near}")
-        return value
-
-    return parse
-
-
-def _formula(*, nullable: bool = False) -> Parser:
-    def parse(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str):
-            raise _Invalid(f"expected a formula (a string), got {_kind(value)}")
-        try:
-            compile_formula(value)
-        except FormulaError as error:
-            raise _Invalid(f"invalid formula: {error}") from None
-        return value
-
-    return parse
-
-
-def _names(value: Any) -> frozenset[str]:
-    if not isinstance(value, list):
-        raise _Invalid(f"expected a list of names, got {_kind(value)}")
-    for index, item in enumerate(value):
-        try:
-            _ident(item)
-        except _Invalid as invalid:
-            raise _Invalid(str(invalid), at=f"[{index}]") from None
-    return frozenset(value)
 
 
 # --- the fields of each section ------------------------------------------------
 
 _TOP: Mapping[str, Parser] = {
-    "name": _name,
-    "ordering": _choice(ORDERINGS),
-    "formula": _formula(),
-    "node_cpu_ceiling": _number(0.0, 1.0, above=True, nullable=True),
+    "name": name_text,
+    "ordering": choice(ORDERINGS),
+    "formula": formula(),
+    "node_cpu_ceiling": number(0.0, 1.0, above=True, nullable=True),
 }
 _TOP_SECTIONS = (
     "levels",
@@ -210,92 +87,93 @@ _TOP_SECTIONS = (
     "retry",
     "benchmarks",
     "namespaces",
+    "domains",
 )
 _LEVEL: Mapping[str, Parser] = {
-    "name": _name,
-    "groups": _names,
-    "users": _names,
-    "queues": _names,
-    "min_priority": _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True),
-    "max_gpus": _number(0.0, MAX_GPUS, nullable=True),
-    "min_gpus": _number(0.0, MAX_GPUS, nullable=True),
-    "formula": _formula(nullable=True),
+    "name": name_text,
+    "groups": names,
+    "users": names,
+    "queues": names,
+    "min_priority": integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True),
+    "max_gpus": number(0.0, MAX_GPUS, nullable=True),
+    "min_gpus": number(0.0, MAX_GPUS, nullable=True),
+    "formula": formula(nullable=True),
 }
 _AGING: Mapping[str, Parser] = {
-    "rate": _number(0.0, MAX_WEIGHT),
-    "max_wait_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "rate": number(0.0, MAX_WEIGHT),
+    "max_wait_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
 _RESERVATION: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "min_gpus": _number(0.0, MAX_GPUS, above=True),
-    "max_reservations": _integer(0, 1000),
-    "backfill": _boolean,
-    "claim_big": _boolean,
-    "drain_after_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
-    "drain_ratio": _number(0.0, MAX_WEIGHT),
-    "head": _boolean,
-    "drain_fifo": _boolean,
+    "enabled": boolean,
+    "min_gpus": number(0.0, MAX_GPUS, above=True),
+    "max_reservations": integer(0, 1000),
+    "backfill": boolean,
+    "claim_big": boolean,
+    "drain_after_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "drain_ratio": number(0.0, MAX_WEIGHT),
+    "head": boolean,
+    "drain_fifo": boolean,
 }
 _PLACEMENT: Mapping[str, Parser] = {
-    "method": _choice(METHODS),
-    "wait_for_faster": _boolean,
-    "wait_weight": _number(0.0, MAX_WEIGHT),
-    "transfer_weight": _number(0.0, MAX_WEIGHT),
-    "runtime_weight": _number(0.0, MAX_WEIGHT),
-    "time_limit_s": _number(0.0, 600.0, above=True),
-    "window": _integer(1, 10_000),
-    "affinity": _choice(AFFINITIES),
-    "first_of_model_alone": _boolean,
+    "method": choice(METHODS),
+    "wait_for_faster": boolean,
+    "wait_weight": number(0.0, MAX_WEIGHT),
+    "transfer_weight": number(0.0, MAX_WEIGHT),
+    "runtime_weight": number(0.0, MAX_WEIGHT),
+    "time_limit_s": number(0.0, 600.0, above=True),
+    "window": integer(1, 10_000),
+    "affinity": choice(AFFINITIES),
+    "first_of_model_alone": boolean,
 }
 _PREEMPTION: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "min_priority_gap": _integer(0, int(MAX_LEVEL)),
-    "restart_cost_s": _number(0.0, MAX_DURATION_S),
-    "checkpoint_interval_s": _number(0.0, MAX_DURATION_S, above=True),
-    "min_run_s": _number(0.0, MAX_DURATION_S),
-    "shorter_by": _number(1.0, 1e6),
+    "enabled": boolean,
+    "min_priority_gap": integer(0, int(MAX_LEVEL)),
+    "restart_cost_s": number(0.0, MAX_DURATION_S),
+    "checkpoint_interval_s": number(0.0, MAX_DURATION_S, above=True),
+    "min_run_s": number(0.0, MAX_DURATION_S),
+    "shorter_by": number(1.0, 1e6),
 }
 _RETRY: Mapping[str, Parser] = {
-    "max_attempts": _integer(1, 100),
-    "backoff_s": _number(0.0, 86400.0),
-    "start_timeout_s": _number(0.0, MAX_DURATION_S, above=True),
-    "member_lost": _choice(MEMBER_LOST_CHOICES),
-    "member_timeout_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "max_attempts": integer(1, 100),
+    "backoff_s": number(0.0, 86400.0),
+    "start_timeout_s": number(0.0, MAX_DURATION_S, above=True),
+    "member_lost": choice(MEMBER_LOST_CHOICES),
+    "member_timeout_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
 
 
 def _models(value: Any) -> tuple[str, ...]:
     """A non-empty list of the benchmark workload's models, each once, in order."""
     if not isinstance(value, list) or not value:
-        raise _Invalid(f"expected a non-empty list of models, got {_kind(value)}")
+        raise Invalid(f"expected a non-empty list of models, got {_kind(value)}")
     for index, item in enumerate(value):
         if not isinstance(item, str) or item not in BENCHMARK_MODELS:
             near = hint(item, BENCHMARK_MODELS) if isinstance(item, str) else ""
             message = f"must be one of {', '.join(BENCHMARK_MODELS)}; got {_kind(item)}{near}"
-            raise _Invalid(message, at=f"[{index}]")
+            raise Invalid(message, at=f"[{index}]")
         if item in value[:index]:
-            raise _Invalid(f"{item} is listed twice", at=f"[{index}]")
+            raise Invalid(f"{item} is listed twice", at=f"[{index}]")
     return tuple(value)
 
 
 def _image(value: Any) -> str:
     """A container image reference: printable ASCII, no spaces."""
-    name = _ident(value)
+    name = ident(value)
     if len(name) > 1024:
-        raise _Invalid("is longer than 1024 characters")
+        raise Invalid("is longer than 1024 characters")
     return name
 
 
 _BENCHMARKS: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "max_age_days": _number(0.0, 3660.0, above=True),
+    "enabled": boolean,
+    "max_age_days": number(0.0, 3660.0, above=True),
     "models": _models,
-    "budget_s": _number(1.0, 86400.0),
+    "budget_s": number(1.0, 86400.0),
     "image": _image,
 }
 _QUOTAS = ("groups", "lending", "max_priority")
-_MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
-_LIMIT: Mapping[str, Parser] = {"gpus": _number(0.0, MAX_GPUS, nullable=True)}
+_MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
+_LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
 _GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority")
 _NAMESPACE = ("user", "group")
@@ -315,58 +193,9 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "retry": tuple(_RETRY),
         "benchmarks": tuple(_BENCHMARKS),
         "namespaces.<namespace>": _NAMESPACE,
+        "domains.<domain>": DOMAIN_KEYS,
     }
 )
-
-
-class _Reader(FieldReader):
-    """Walks a policy document, collecting every FieldError instead of stopping at the first."""
-
-    def __init__(self) -> None:
-        super().__init__("key")
-
-    def fields(
-        self, section: Mapping[str, Any], path: str, parsers: Mapping[str, Parser]
-    ) -> dict[str, Any]:
-        """Parse the present fields of a section; bad ones are reported and left out."""
-        parsed: dict[str, Any] = {}
-        for key, parse in parsers.items():
-            if key in section:
-                try:
-                    parsed[key] = parse(section[key])
-                except _Invalid as invalid:
-                    self.error(join(path, key) + invalid.at, str(invalid))
-        return parsed
-
-    def section(self, value: Any, path: str, parsers: Mapping[str, Parser]) -> dict[str, Any]:
-        return self.fields(self.mapping(value, path, tuple(parsers)), path, parsers)
-
-    def entries(self, value: Any, path: str, what: str) -> list[tuple[str, Any, str]]:
-        """A mapping from names the admin chose (groups, users...) to values, with paths."""
-        if value is None:
-            return []
-        if not isinstance(value, Mapping):
-            self.error(path, f"expected a mapping of {what} names, got {_kind(value)}")
-            return []
-        found = []
-        for key, item in value.items():
-            try:
-                name = _ident(key)
-            except _Invalid as invalid:
-                self.error(path, f"{what} name {_short(key)}: {invalid}")
-                continue
-            found.append((name, item, join(path, name)))
-        return found
-
-    def table(self, value: Any, path: str, what: str, parse: Parser) -> dict[str, Any]:
-        """``{name: value}`` with each value parsed by ``parse``."""
-        parsed: dict[str, Any] = {}
-        for name, item, item_path in self.entries(value, path, what):
-            try:
-                parsed[name] = parse(item)
-            except _Invalid as invalid:
-                self.error(item_path + invalid.at, str(invalid))
-        return parsed
 
 
 # --- sections with structure -----------------------------------------------------
@@ -378,7 +207,7 @@ def _is_catch_all(level: Level) -> bool:
     return not any(rules) and all(bound is None for bound in bounds)
 
 
-def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
+def _levels(reader: PolicyReader, value: Any) -> tuple[Level, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -401,7 +230,7 @@ def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
         first_index.setdefault(name, index)
         low, high = fields.get("min_gpus"), fields.get("max_gpus")
         if low is not None and high is not None and low > high:
-            reader.error(f"{path}.min_gpus", f"{_num(low)} is more than max_gpus {_num(high)}")
+            reader.error(f"{path}.min_gpus", f"{figure(low)} is more than max_gpus {figure(high)}")
         level = Level(name=name, **fields)
         if catch_all is not None:
             reader.error(
@@ -414,10 +243,10 @@ def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
     return tuple(levels)
 
 
-def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
+def _per_type(reader: PolicyReader, value: Any, path: str) -> Mapping[str, float]:
     written: dict[str, str] = {}
     limits: dict[str, float] = {}
-    parse = _number(0.0, MAX_GPUS)
+    parse = number(0.0, MAX_GPUS)
     for name, item, item_path in reader.entries(value, path, "GPU type"):
         try:
             types = sorted(expand_gpu_types(name))
@@ -438,35 +267,35 @@ def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
         written[canonical] = name
         try:
             limits[canonical] = parse(item)
-        except _Invalid as invalid:
+        except Invalid as invalid:
             reader.error(item_path, str(invalid))
     return MappingProxyType(limits)
 
 
-def _limit(reader: _Reader, section: Mapping[str, Any], path: str) -> Limit:
+def _limit(reader: PolicyReader, section: Mapping[str, Any], path: str) -> Limit:
     fields = reader.fields(section, path, _LIMIT)
     per_type = _per_type(reader, section.get("per_type"), join(path, "per_type"))
     return Limit(gpus=fields.get("gpus"), per_type=per_type)
 
 
-def _check_within(reader: _Reader, inner: Limit, outer: Limit, path: str) -> None:
+def _check_within(reader: PolicyReader, inner: Limit, outer: Limit, path: str) -> None:
     """Report where a user's limit exceeds its group's (the group's is the ceiling)."""
     why = "(the group's quota is the ceiling)"
     if inner.gpus is not None and outer.gpus is not None and inner.gpus > outer.gpus:
         reader.error(
             join(path, "gpus"),
-            f"{_num(inner.gpus)} GPUs exceeds the group's {_num(outer.gpus)} {why}",
+            f"{figure(inner.gpus)} GPUs exceeds the group's {figure(outer.gpus)} {why}",
         )
     for gpu_type, gpus in inner.per_type.items():
         ceiling = outer.per_type.get(gpu_type, outer.gpus)
         if ceiling is not None and gpus > ceiling:
             reader.error(
                 join(join(path, "per_type"), gpu_type),
-                f"{_num(gpus)} {gpu_type} GPUs exceeds the group's {_num(ceiling)} {why}",
+                f"{figure(gpus)} {gpu_type} GPUs exceeds the group's {figure(ceiling)} {why}",
             )
 
 
-def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
+def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:
     section = reader.mapping(value, path, _GROUP_KEYS)
     limit = _limit(reader, section, path)
     users: dict[str, Limit] = {}
@@ -484,9 +313,9 @@ def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
     return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user, **cap)
 
 
-def _quotas(reader: _Reader, value: Any) -> Quotas:
+def _quotas(reader: PolicyReader, value: Any) -> Quotas:
     section = reader.mapping(value, "quotas", _QUOTAS)
-    fields = reader.fields(section, "quotas", {"lending": _boolean, "max_priority": _MAX_PRIORITY})
+    fields = reader.fields(section, "quotas", {"lending": boolean, "max_priority": _MAX_PRIORITY})
     groups = {
         group: _group_quota(reader, item, path)
         for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
@@ -494,19 +323,19 @@ def _quotas(reader: _Reader, value: Any) -> Quotas:
     return Quotas(groups=MappingProxyType(groups), **fields)
 
 
-def _namespaces(reader: _Reader, value: Any) -> Mapping[str, tuple[str, str]]:
+def _namespaces(reader: PolicyReader, value: Any) -> Mapping[str, tuple[str, str]]:
     owners: dict[str, tuple[str, str]] = {}
     for namespace, item, path in reader.entries(value, "namespaces", "namespace"):
         if not _DNS_LABEL.fullmatch(namespace):
             reader.error(path, "not a namespace name (lower-case letters, digits, '-'; ≤ 63)")
-        fields = reader.section(item, path, {"user": _ident, "group": _ident})
+        fields = reader.section(item, path, {"user": ident, "group": ident})
         if item is None or (isinstance(item, Mapping) and not item):
             reader.error(path, "give a user, a group or both")
         owners[namespace] = (fields.get("user", ""), fields.get("group", ""))
     return MappingProxyType(owners)
 
 
-def _check_placement(reader: _Reader, placement: Placement) -> None:
+def _check_placement(reader: PolicyReader, placement: Placement) -> None:
     weights = (placement.wait_weight, placement.transfer_weight, placement.runtime_weight)
     if not any(weights):
         reader.error("placement", "at least one of the *_weight fields must be above 0")
@@ -530,10 +359,10 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         data = {}
     if not isinstance(data, Mapping):
         raise PolicyError([FieldError("", f"the policy must be a mapping, got {_kind(data)}")])
-    reader = _Reader()
+    reader = PolicyReader()
     top = reader.mapping(data, "", (*_TOP, *_TOP_SECTIONS))
     fields = reader.fields(top, "", _TOP)
-    level_parse = _number(-MAX_LEVEL, MAX_LEVEL)
+    level_parse = number(-MAX_LEVEL, MAX_LEVEL)
     policy = QueuePolicy(
         version=version,
         levels=_levels(reader, top.get("levels")),
@@ -553,6 +382,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         retry=Retry(**reader.section(top.get("retry"), "retry", _RETRY)),
         benchmarks=Benchmarks(**reader.section(top.get("benchmarks"), "benchmarks", _BENCHMARKS)),
         namespaces=_namespaces(reader, top.get("namespaces")),
+        domains=read_domains(reader, top.get("domains")),
         **fields,
     )
     _check_placement(reader, policy.placement)

@@ -2,8 +2,10 @@
 
 The cycle (:mod:`cpn.core.cycle`), the ETA projection (:mod:`cpn.core.eta`) and the
 MILP (:mod:`cpn.core.placement`) weigh the same candidates: a group of the capacity
-whose GPU type the job allows, that has a runtime estimate for it and that its data
-can reach, costed as ``transfer_weight x transfer + runtime_weight x runtime``.
+in the job's domain (:mod:`cpn.core.domains`), whose GPU type the job allows, that has a
+runtime estimate for it and that its data can reach, costed as
+``transfer_weight x transfer + runtime_weight x runtime``. The domain is filtered here
+once: reservations, preemption and the MILP only ever see these groups.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 
 from cpn.core.capacity import Capacity
+from cpn.core.domains import job_domain
 from cpn.core.model import Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.transfer import transfer_s
@@ -26,7 +29,8 @@ def runtime_on(job: Job, gpu_type: str) -> float | None:
 
 
 def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candidate]:
-    """Every (cluster, GPU type) the job may use, with its cost parts."""
+    """Every (cluster, GPU type) of its domain the job may use, with its cost parts."""
+    groups = capacity.groups_for(job_domain(snapshot.policy, job))
     policy = snapshot.policy.placement
     transfer_weight, runtime_weight = policy.transfer_weight, policy.runtime_weight
     new = tuple.__new__  # Candidate(...) without its __new__'s Python frame
@@ -40,15 +44,13 @@ def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candida
                 cost = transfer_weight * 0.0 + runtime_weight * runtime
                 parts[gpu_type] = (runtime, 0.0, cost)
         return [
-            new(Candidate, (key, *parts[gpu_type]))
-            for key, gpu_type in capacity.group_types
-            if gpu_type in parts
+            new(Candidate, (key, *parts[gpu_type])) for key, gpu_type in groups if gpu_type in parts
         ]
     out = []
     runtimes: dict[str, float | None] = {}  # per GPU type, and transfers per cluster
     transfers: dict[str, float | None] = {}
-    for key in capacity.groups:
-        cluster, gpu_type = key
+    for key, gpu_type in groups:
+        cluster = key[0]
         if gpu_type not in runtimes:
             runtimes[gpu_type] = runtime_on(job, gpu_type) if job.allows(gpu_type) else None
         runtime = runtimes[gpu_type]

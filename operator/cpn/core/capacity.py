@@ -18,13 +18,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cpn.core.alone import runs_alone
+from cpn.core.domains import job_domain
 from cpn.core.model import Job, Node, Snapshot
 from cpn.core.policy import QueuePolicy
 from cpn.core.runtime_law import expected_end_s
 
 _EPS = 1e-9
 
-GroupKey = tuple[str, str]  # (cluster, gpu_type)
+#: (cluster, GPU type), and the domain after them when the nodes are in one
+#: (:mod:`cpn.core.domains`): a domain's nodes form groups of their own
+GroupKey = tuple[str, ...]
+
+
+def group_key(cluster: str, gpu_type: str, domain: str = "") -> GroupKey:
+    """The group of the nodes of ``cluster`` and ``gpu_type`` in ``domain``."""
+    return (cluster, gpu_type, domain) if domain else (cluster, gpu_type)
+
+
+def key_domain(key: GroupKey) -> str:
+    """The domain of group ``key`` ("" for none)."""
+    return key[2] if len(key) > 2 else ""
 
 
 @dataclass(slots=True)
@@ -42,10 +55,16 @@ class Slot:
     cpu: float
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
+    domain: str = ""
     releases: list[tuple[float, float, float, float]] = field(default_factory=list)
     jobs: int = 0  # cpn jobs on it (running, or started this cycle)
     alone_key: str = ""  # the job that runs alone on it ("" when none)
     alone_until: float = math.inf  # that job's predicted end
+
+    @property
+    def key(self) -> GroupKey:
+        """The group this node is in."""
+        return group_key(self.cluster, self.gpu_type, self.domain)
 
     def empty(self) -> bool:
         """No job on it: all its GPUs free and no cpn job (what a job running alone needs)."""
@@ -139,12 +158,14 @@ class Capacity:
         self.policy = policy
         self.groups: dict[GroupKey, list[Slot]] = {}
         self._by_name: dict[tuple[str, str], Slot] = {}
-        for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.name)):
-            self.groups.setdefault((slot.cluster, slot.gpu_type), []).append(slot)
+        for slot in sorted(slots, key=lambda s: (s.cluster, s.gpu_type, s.domain, s.name)):
+            self.groups.setdefault(slot.key, []).append(slot)
             self._by_name[(slot.cluster, slot.name)] = slot
-        # each group with its GPU type, and the GPU types in group order (read per job)
-        self.group_types = [(key, key[1]) for key in self.groups]
-        self.types = list(dict.fromkeys(gpu_type for _, gpu_type in self.group_types))
+        # per domain, each of its groups with its GPU type; the GPU types in group order
+        self.domain_groups: dict[str, list[tuple[GroupKey, str]]] = {}
+        for key in self.groups:
+            self.domain_groups.setdefault(key_domain(key), []).append((key, key[1]))
+        self.types = list(dict.fromkeys(key[1] for key in self.groups))
         # ``usable`` never changes within a cycle: the usable nodes of each group, and
         # the others (what a job is told when only a busy node would hold it).
         self.usable = {key: [s for s in slots if s.usable] for key, slots in self.groups.items()}
@@ -191,10 +212,21 @@ class Capacity:
                     slot.jobs += 1
                     if item.alone:
                         slot.alone_key, slot.alone_until = item.job.key, end
-                        capacity._alone_groups.add((item.cluster, slot.gpu_type))
+                        capacity._alone_groups.add(slot.key)
         for slot in capacity._by_name.values():
             slot.releases.sort()
         return capacity
+
+    def groups_for(self, domain: str) -> list[tuple[GroupKey, str]]:
+        """The groups of ``domain``'s nodes, each with its GPU type: the only ones a job
+        bound to ``domain`` may use (:func:`cpn.core.domains.job_domain`)."""
+        return self.domain_groups.get(domain, [])
+
+    def key_of(self, cluster: str, gpu_type: str, nodes: Sequence[str]) -> GroupKey:
+        """The group of a start or running job on ``nodes`` of ``cluster`` (of ``gpu_type``
+        in no domain when the capacity has none of them)."""
+        slot = self._by_name.get((cluster, nodes[0])) if nodes else None
+        return slot.key if slot is not None else group_key(cluster, gpu_type)
 
     def slot(self, cluster: str, name: str) -> Slot:
         """The slot of node ``name`` of ``cluster`` (KeyError when there is none)."""
@@ -202,7 +234,7 @@ class Capacity:
 
     def gpu_types(self) -> frozenset[str]:
         """GPU types present in usable clusters."""
-        return frozenset(gpu for (_, gpu), slots in self.groups.items() if slots)
+        return frozenset(key[1] for key, slots in self.groups.items() if slots)
 
     def free_gpus(self, key: GroupKey, exclude: frozenset[str] = frozenset()) -> float:
         """Free GPUs of usable nodes in a group, minus nodes in ``exclude``."""
@@ -276,6 +308,15 @@ class Capacity:
             free = {s.name: [float(s.gpus), s.cpu, s.memory_gib] for s in slots}
             self._ever[memo] = _place(job, slots, free) is not None
         return self._ever[memo]
+
+    def ever_fits_somewhere(self, job: Job) -> bool:
+        """True if ``job`` fits, when they are empty, the nodes of one group of its domain
+        whose GPU type it allows (else no cluster could ever hold it)."""
+        domain = job_domain(self.policy, job) if self.policy is not None else ""
+        return any(
+            job.allows(gpu_type) and self.ever_fits(job, key)
+            for key, gpu_type in self.groups_for(domain)
+        )
 
     def take(
         self, job: Job, key: GroupKey, nodes: Sequence[str], until_s: float | None = None
@@ -420,4 +461,5 @@ def _slot(node: Node, ready: bool, ceiling: float | None) -> Slot:
         cpu=node.cpu,
         memory_gib=node.memory_gib,
         usable=usable,
+        domain=node.domain,
     )

@@ -10,7 +10,8 @@ operator's have none. The rules:
   preempts it;
 - a start names a known, ready cluster, a GPU type the job allows, and one node per
   worker (gang jobs start whole); every node exists in that cluster, has that GPU
-  type, is schedulable, and has GPUs with the memory the job asks;
+  type, is schedulable, is in the job's domain (:mod:`cpn.core.domains`), and has GPUs
+  with the memory the job asks;
 - no node is over capacity (GPUs, CPU, memory) once the plan's preemptions freed
   what they held and its starts took what they ask, worker by worker;
 - without quota lending, no group or user goes over its quota (running jobs not
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from cpn.core.alone import runs_alone
 from cpn.core.capacity import worker_gpus
+from cpn.core.domains import job_domain
 from cpn.core.model import CyclePlan, Job, Node, Snapshot, Start
 from cpn.core.quota import QuotaLedger
 
@@ -101,7 +103,7 @@ def check_plan(plan: CyclePlan, snapshot: Snapshot) -> tuple[Violation, ...]:
             out.append(Violation(key, "cannot be started: it is not pending"))
             continue
         started.add(key)
-        found = _start_violations(start, job, ready, free)
+        found = _start_violations(start, job, ready, free, job_domain(snapshot.policy, job))
         out += (Violation(key, message) for message in found)
         if found:
             continue
@@ -119,7 +121,9 @@ def check_plan(plan: CyclePlan, snapshot: Snapshot) -> tuple[Violation, ...]:
     return tuple(out)
 
 
-def _start_violations(start: Start, job: Job, ready: dict[str, bool], free: _Free) -> list[str]:
+def _start_violations(
+    start: Start, job: Job, ready: dict[str, bool], free: _Free, domain: str
+) -> list[str]:
     """What is wrong with starting ``job`` as ``start`` says; takes its resources from ``free``."""
     cluster, gpu_type = start.cluster, start.gpu_type
     if not ready.get(cluster, False):
@@ -137,6 +141,8 @@ def _start_violations(start: Start, job: Job, ready: dict[str, bool], free: _Fre
             out.append(f"node {name} has {node.gpu_type}, plan says {gpu_type}")
         elif not node.schedulable:
             out.append(f"node {name} is not schedulable")
+        elif node.domain != domain:
+            out.append(f"node {name} is in domain {node.domain!r}, the job in {domain!r}")
         elif job.gpu_memory_gib > node.gpu_memory_gib + _EPS:
             out.append(f"node {name} GPUs have too little memory")
     if out:

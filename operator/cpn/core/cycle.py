@@ -114,10 +114,7 @@ class _Cycle:
             elif job.not_before_s > self.now:
                 wait = job.not_before_s - self.now
                 self._hold(job, WaitReason.Backoff, reasons.backoff(job, wait))
-            elif not any(
-                job.allows(key[1]) and self.capacity.ever_fits(job, key)
-                for key in self.capacity.groups
-            ):
+            elif not self.capacity.ever_fits_somewhere(job):
                 self._hold(job, WaitReason.Infeasible, reasons.infeasible(job, self.snapshot))
             else:
                 out.append(job)

@@ -122,11 +122,7 @@ class Focus:
         # first blocked job of each such key is a possible head; the real one is among them.
         self.has_keys = np.array([bool(keys) for keys in self.class_keys], dtype=bool)
         self.feasible = np.array(
-            [
-                any(job.allows(k[1]) and capacity.ever_fits(job, k) for k in capacity.groups)
-                for job in self.jobs
-            ],
-            dtype=bool,
+            [capacity.ever_fits_somewhere(job) for job in self.jobs], dtype=bool
         )
         who = [(j.group, j.user) if policy.quotas.groups else () for j in self.jobs]
         codes: dict[tuple[int, tuple[str, ...]], int] = {}
@@ -327,7 +323,8 @@ class Focus:
             i = self.index[start.job_key]
             last_start = max(last_start, int(position[i]))
             if position[i] < head:
-                left.take(self.jobs[i], (start.cluster, start.gpu_type), start.nodes)
+                key = left.key_of(start.cluster, start.gpu_type, start.nodes)
+                left.take(self.jobs[i], key, start.nodes)
         rest = np.flatnonzero(outside)
         fitting = self._fits(left, np.unique(self.class_of[rest]))
         if not fitting:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cpn.core.capacity import Capacity, GroupKey, shape, worker_gpus
+from cpn.core.domains import job_domain
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.queue import factor_columns
 from cpn.core.quota import QuotaLedger
@@ -56,10 +57,11 @@ class Explanation:
 def weighed(
     snapshot: Snapshot, capacity: Capacity, job: Job, start: Start | None = None
 ) -> list[CandidateView]:
-    """Every (cluster, GPU type) ``job`` could use, soonest completion first."""
+    """Every (cluster, GPU type) of its domain ``job`` could use, soonest completion first."""
     candidates = []
-    for key in sorted(capacity.groups):
-        cluster, gpu_type = key
+    chosen = capacity.key_of(start.cluster, start.gpu_type, start.nodes) if start else None
+    for key, gpu_type in capacity.groups_for(job_domain(snapshot.policy, job)):
+        cluster = key[0]
         runtime = job.estimate.on(gpu_type)
         if not job.allows(gpu_type) or runtime is None:
             continue
@@ -77,7 +79,7 @@ def weighed(
                 earliest_start_s=wait,
                 completion_s=None if wait is None else wait + moving + runtime,
                 room_now=capacity.fit(job, key) is not None,
-                chosen=start is not None and (start.cluster, start.gpu_type) == key,
+                chosen=chosen == key,
             )
         )
     candidates.sort(key=lambda c: (c.completion_s is None, c.completion_s or 0.0, c.cluster))
@@ -138,8 +140,9 @@ def first_to_free(snapshot: Snapshot, keys: Iterable[str]) -> dict[str, Frees]:
         job = jobs.get(key)
         if job is None:
             continue
+        domain = job_domain(snapshot.policy, job)
         groups = tuple(
-            g for g in sorted(capacity.groups) if job.allows(g[1]) and job.estimate.on(g[1])
+            g for g, gpu in capacity.groups_for(domain) if job.allows(gpu) and job.estimate.on(gpu)
         )
         memo = (shape(job), groups)
         if memo not in known:
@@ -168,7 +171,8 @@ def _frees(
             best = (found[0], group, found[1])
     if best is None:
         return None
-    at, (cluster, gpu_type), nodes = best
+    at, group, nodes = best
+    cluster, gpu_type = group[0], group[1]
     holders = {r.job.key: r for n in set(nodes) for r in on_node.get((cluster, n), ())}
     if not holders:
         return None

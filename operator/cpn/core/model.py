@@ -127,7 +127,8 @@ class Node:
 
     ``free_*`` come from the API's own accounting (requests of bound pods),
     never from metrics. ``cpu_util`` (0..1) is the measured utilisation, or
-    None when no fresh metric exists.
+    None when no fresh metric exists. ``domain`` is the policy's logical domain the
+    node is in (:mod:`cpn.core.domains`), "" for none.
     """
 
     cluster: str
@@ -142,6 +143,7 @@ class Node:
     free_memory_gib: float = 0.0
     cpu_util: float | None = None
     schedulable: bool = True
+    domain: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -240,7 +240,7 @@ def _capacity_constraints(
                     held |= choice.exclude
         if not terms_gpu:
             continue
-        tag = f"{key[0]}_{key[1]}"
+        tag = "_".join(key)
         problem += pulp.lpSum(terms_gpu) <= sum(s.free_gpus for s in usable), f"gpu_{tag}"
         problem += pulp.lpSum(terms_cpu) <= sum(s.free_cpu for s in usable), f"cpu_{tag}"
         problem += pulp.lpSum(terms_mem) <= sum(s.free_memory_gib for s in usable), f"mem_{tag}"

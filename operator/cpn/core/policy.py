@@ -202,6 +202,25 @@ class Retry:
     member_timeout_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Domain:
+    """A logical domain of nodes (:mod:`cpn.core.domains`), and the jobs bound to it.
+
+    A node is in the domain when its cluster is one of ``clusters`` (any when empty) and it
+    carries every label of ``labels``. The ``default`` domain has no selector: it holds
+    every node no other domain selects, and every job bound to no domain. A job is bound
+    through its queue (``queues``) or, when its queue is bound to none, its group
+    (``groups``), and is placed only on the nodes of its domain.
+    """
+
+    name: str
+    clusters: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=_empty)
+    queues: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    default: bool = False
+
+
 #: the models the benchmark workload measures (workloads/: ``python -m cpn_workloads bench``)
 BENCHMARK_MODELS = ("resnet50", "yolov8m", "llama3", "bert-large")
 
@@ -244,8 +263,11 @@ class QueuePolicy:
     namespaces: Mapping[str, tuple[str, str]] = field(  # ns -> (user, group)
         default_factory=lambda: MappingProxyType({})
     )
+    domains: tuple[Domain, ...] = ()  # none: every job may use every node (no domains)
 
     @property
     def queues(self) -> frozenset[str]:
-        """The queue names the policy knows: ``default`` and every level's ``queues``."""
-        return frozenset({DEFAULT_QUEUE}).union(*(level.queues for level in self.levels))
+        """The queue names the policy knows: ``default``, every level's and every domain's
+        ``queues``."""
+        named = (*(level.queues for level in self.levels), *(d.queues for d in self.domains))
+        return frozenset({DEFAULT_QUEUE}).union(*named)

@@ -98,6 +98,10 @@ def choose_preemptions(
             replace(served, fifo_due_s=resumed_due_s(served.fifo_due_s, now - r.start_s))
         )
     }
+
+    def where(running: Running) -> GroupKey:  # its group: cluster, GPU type, domain
+        return capacity.key_of(running.cluster, running.gpu_type, running.nodes)
+
     victims_taken: set[str] = set()
     out: list[Preempt] = []
     by_key = {r.job.key: r for r in snapshot.running}
@@ -126,7 +130,7 @@ def choose_preemptions(
             reverse=True,
         )
         cands = {c.key: c for c in reservations.cands_of(item.job)}
-        for key in sorted({(r.cluster, r.gpu_type) for r in pool}):
+        for key in sorted({where(r) for r in pool}):
             if key not in cands or quota.exceeds(item.job, key[1]):
                 continue
             # Where another job holds a reservation, freed room goes to that job in the
@@ -135,7 +139,7 @@ def choose_preemptions(
                 continue
             held = reservations.excluded(item.job, cands[key])
             chosen: list[str] = []
-            for victim in (r for r in pool if (r.cluster, r.gpu_type) == key):
+            for victim in (r for r in pool if where(r) == key):
                 if held.intersection(victim.nodes):
                     continue
                 capacity.release(victim.cluster, victim.nodes, victim.job)
@@ -163,7 +167,7 @@ def choose_preemptions(
                 break
             for victim_key in chosen:
                 victim = by_key[victim_key]
-                capacity.take(victim.job, (victim.cluster, victim.gpu_type), victim.nodes)
+                capacity.take(victim.job, where(victim), victim.nodes)
     return tuple(out)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cpn.core.capacity import GroupKey, worker_gpus
+from cpn.core.domains import job_domain
 from cpn.core.model import Job, Snapshot
 
 SUSPENDED = "suspended by its owner (spec.suspend)"
@@ -28,15 +29,23 @@ def backoff(job: Job, wait_s: float) -> str:
 
 
 def infeasible(job: Job, snapshot: Snapshot) -> str:
-    """No cluster could ever hold ``job``: its shape and the largest matching node."""
+    """No cluster could ever hold ``job``: its shape and the largest matching node (of its
+    domain, when it is bound to one)."""
+    domain = job_domain(snapshot.policy, job)
     biggest = max(
-        (n.gpus for c in snapshot.clusters for n in c.nodes if job.allows(n.gpu_type)),
+        (
+            n.gpus
+            for c in snapshot.clusters
+            for n in c.nodes
+            if job.allows(n.gpu_type) and n.domain == domain
+        ),
         default=0,
     )
     types = ", ".join(sorted(job.gpu_types)) if job.gpu_types else "any GPU type"
+    where = f" in domain {domain}" if domain else ""
     return (
         f"no cluster can ever hold {job.workers} worker(s) x {worker_gpus(job):g} GPU(s) "
-        f"of {types} (largest matching node has {biggest} GPUs)"
+        f"of {types}{where} (largest matching node has {biggest} GPUs)"
     )
 
 
@@ -70,7 +79,7 @@ def deferred(fits: Iterable[GroupKey]) -> str:
     """The MILP chose to wait for a faster GPU type rather than start on ``fits``."""
     return (
         "placement predicts it finishes sooner by waiting for a faster GPU type "
-        "than by starting now on " + ", ".join(f"{gpu}@{cluster}" for cluster, gpu in fits)
+        "than by starting now on " + ", ".join(f"{key[1]}@{key[0]}" for key in fits)
     )
 
 

@@ -186,6 +186,7 @@ class Dispatching:
             self.state.clock.wall(),
             nonce=secrets.token_hex(4),
             restart_cost_s=self.state.store.policy.preemption.restart_cost_s,
+            domain=self.state.domain_at(start.cluster, start.nodes),
         )
         creates = [e for e in step.effects if isinstance(e, effects.CreateJob)]
         others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
@@ -203,7 +204,8 @@ class Dispatching:
             attempt=create.attempt,
             hub=self.state.config.hub,
             namespace=member.spec.namespace,
-            affinity=self.state.store.policy.placement.affinity,
+            # a job in a domain is pinned to its nodes: its GPU type alone could take others
+            affinity="node" if record.domain else self.state.store.policy.placement.affinity,
             gpu_product=_product_label(member, start),
             hami_pool=self.state.config.hami_pool or None,
             resume_from_s=create.resume_from_s,

@@ -112,10 +112,9 @@ class Following:
                 self.state.event(record, "StaleAttempt", told.message, warning=True)
             if attempt == record.attempts + 1 and not record.active and event != "DELETED":
                 # created just before a crash
-                self.carry_out(
-                    record,
-                    lifecycle.adopted(record, member.name, job, attempt, self.state.clock.wall()),
-                )
+                step = lifecycle.adopted(record, member.name, job, attempt, self.state.clock.wall())
+                step.record.domain = self.state.domain_at(member.name, step.record.nodes)
+                self.carry_out(record, step)
             else:
                 return  # a stale attempt: the sweep removes it
         if not record.active or record.member_job != name:

@@ -12,6 +12,7 @@ from typing import Any
 from cpn.api import constants as k
 from cpn.api.aijobread import read_aijob
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
+from cpn.core.domains import check_domains
 from cpn.core.errors import PolicyError
 from cpn.core.policy import QueuePolicy
 from cpn.runtime import lifecycle
@@ -33,6 +34,7 @@ class HubWatch:
         self.policy_loaded = asyncio.Event()  # a policy from the cluster is in force
         self.policy_settled = asyncio.Event()  # ... or the defaults, and it is known why
         self.policy_error = ""
+        self.policy_warnings: list[str] = []  # of the policy last taken (domains with no node)
         self._restoring: asyncio.Task[None] | None = None
         self._saving: asyncio.Task[None] | None = None
         self._last_good: tuple[str, str] | None = None  # (document, version) to save
@@ -167,6 +169,8 @@ class HubWatch:
             )
         else:
             self.state.post_event(cm, "PolicyAccepted", f"policy version {version} in force", False)
+            for warning in self.policy_warnings:
+                self.state.post_event(cm, "PolicyWarning", warning, True)
 
     def policy_event(self, body: Mapping[str, Any]) -> str:
         """A new policy ConfigMap; returns "" when taken, else why it was refused. A taken
@@ -176,13 +180,31 @@ class HubWatch:
         except PolicyError as err:
             self.policy_error = str(err)
             return self.policy_error
-        self.policy_error = ""
+        refused, self.policy_warnings = check_domains(policy.domains, self._gpu_nodes())
+        self.policy_error = "; ".join(f"domains: {why}" for why in refused)
+        if refused:
+            return self.policy_error
+        for warning in self.policy_warnings:
+            log.warning("policy version %s: domains: %s", policy.version, warning)
         self.use_policy(policy)
         text = (body.get("data") or {}).get(CONFIGMAP_KEY, "")
         self._last_good = (text, policy.version)
         if self._saving is None or self._saving.done():
             self._saving = asyncio.get_running_loop().create_task(self._save_last_good())
         return ""
+
+    def _gpu_nodes(self) -> list[tuple[str, str, Mapping[str, str]]]:
+        """The GPU nodes of the members as the last cycle saw them, with their labels (none
+        before the members are connected: a policy taken then is checked node by node,
+        :func:`cpn.core.domains.node_domain`)."""
+        out = []
+        for name, view in sorted(self.state.views.items()):
+            member = self.state.members.get(name)
+            mirror = member.nodes if member is not None else {}
+            for node in view.nodes:
+                labels = ((mirror.get(node.name) or {}).get("metadata") or {}).get("labels")
+                out.append((name, node.name, labels or {}))
+        return out
 
     async def _save_last_good(self) -> None:
         """Write the latest accepted policy to the last-good ConfigMap (the newest wins)."""

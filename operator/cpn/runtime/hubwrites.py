@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.benchmarks import slow_message
 from cpn.api.status import IMMINENT, condition, merge_patch, rfc3339
 from cpn.core.benchmarks import SLOW_RATIO
+from cpn.core.model import Node
 from cpn.runtime.ports import CallFailed
 from cpn.runtime.state import RuntimeState
 from cpn.runtime.status import render_status
@@ -264,19 +265,21 @@ class HubWrites:
             if view is None:
                 usage = self.state.store.usage_by_node()
                 ours = {n: u for (c, n), u in usage.items() if c == name}
-                view = member.cluster(ours, ready=ready)
-            types: dict[str, list[float]] = {}
-            for node in view.nodes:
-                row = types.setdefault(node.gpu_type, [0, 0.0, 0.0])
-                row[0] += 1
-                row[1] += node.gpus
-                row[2] += max(node.free_gpus, 0.0)
-            status["inventory"] = [
-                {"gpuType": t, "nodes": int(r[0]), "gpusTotal": r[1], "gpusFree": r[2]}
-                for t, r in sorted(types.items())
-            ]
-            status["gpusTotal"] = sum(r[1] for r in types.values())
-            status["gpusFree"] = sum(r[2] for r in types.values())
+                domains = self.state.store.policy.domains
+                view = member.cluster(ours, ready=ready, domains=domains)
+            types = _tally((node.gpu_type, node) for node in view.nodes)
+            status["inventory"] = [{"gpuType": t, **row} for t, row in types.items()]
+            # free GPUs per domain of the policy (none when it names none)
+            in_domains = _tally((node.domain, node) for node in view.nodes if node.domain)
+            status["domains"] = [{"domain": d, **row} for d, row in in_domains.items()] or None
+            status["domainsFree"] = (
+                ", ".join(
+                    f"{d} {row['gpusFree']:g}/{row['gpusTotal']:g}" for d, row in in_domains.items()
+                )
+                or None
+            )
+            status["gpusTotal"] = sum(r["gpusTotal"] for r in types.values())
+            status["gpusFree"] = sum(r["gpusFree"] for r in types.values())
             status["nodes"] = len(view.nodes)
             status["types"] = ",".join(sorted(types))
         source = self.state.metrics.get(name)
@@ -335,6 +338,17 @@ class HubWrites:
         except Exception as err:  # noqa: BLE001 - CallFailed or unreachable: logged, retried
             self._member_written.pop(key, None)
             log.warning("status of member %s not written: %s", name, err)
+
+
+def _tally(nodes: Iterable[tuple[str, Node]]) -> dict[str, dict[str, Any]]:
+    """Nodes, GPUs and free GPUs of ``(name, node)`` pairs per name, sorted by name."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, node in sorted(nodes, key=lambda pair: pair[0]):
+        row = rows.setdefault(name, {"nodes": 0, "gpusTotal": 0.0, "gpusFree": 0.0})
+        row["nodes"] += 1
+        row["gpusTotal"] += node.gpus
+        row["gpusFree"] += max(node.free_gpus, 0.0)
+    return rows
 
 
 def _signature(record: Record) -> tuple[Any, ...]:

@@ -73,6 +73,7 @@ def unplaced(record: Record, **changes: Any) -> Record:
         **{
             "cluster": "",
             "gpu_type": "",
+            "domain": "",
             "member_job": "",
             "nodes": (),
             "alone": False,
@@ -109,14 +110,15 @@ def dispatched(
     *,
     nonce: str,
     restart_cost_s: float,
+    domain: str = "",
 ) -> Step:
     """A cycle's start assumed: the record holds its GPUs from now, as attempt
-    ``attempts + 1`` on ``start``'s member, nodes and GPU type, and its member Job is to be
-    created. Its fencing token is that attempt's (made with ``nonce``, or kept when a
-    create of the same attempt went unanswered: the Job may have landed under its name). A
-    preempted job resumes from its checkpoint, predicted to need ``restart_cost_s`` plus
-    the rest of its work. A record with no parsed job is not dispatched (no change, nothing
-    to do)."""
+    ``attempts + 1`` on ``start``'s member, nodes (in ``domain``) and GPU type, and its
+    member Job is to be created. Its fencing token is that attempt's (made with ``nonce``,
+    or kept when a create of the same attempt went unanswered: the Job may have landed
+    under its name). A preempted job resumes from its checkpoint, predicted to need
+    ``restart_cost_s`` plus the rest of its work. A record with no parsed job is not
+    dispatched (no change, nothing to do)."""
     if record.job is None:
         return Step(record)
     attempt = record.attempts + 1
@@ -127,8 +129,8 @@ def dispatched(
         predicted = restart_cost_s + max(0.0, start.predicted_runtime_s - resume_from)
     message = (
         f"dispatched to {start.cluster} ({start.gpu_type}, "
-        f"node {', '.join(sorted(set(start.nodes)))}); predicted "
-        f"{human_duration(predicted)}"
+        f"node {', '.join(sorted(set(start.nodes)))}{f', domain {domain}' if domain else ''}); "
+        f"predicted {human_duration(predicted)}"
     )
     if resume_from is not None:
         message += (
@@ -142,6 +144,7 @@ def dispatched(
         phase=k.PHASE_DISPATCHED,
         cluster=start.cluster,
         gpu_type=start.gpu_type,
+        domain=domain,
         nodes=start.nodes,
         alone=start.alone,
         predicted_runtime_s=predicted,

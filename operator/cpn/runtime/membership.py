@@ -234,7 +234,8 @@ class Membership:
             self.state.member_status[name] = (ready, why)
             ours = {node: u for (cluster, node), u in usage.items() if cluster == name}
             util = self._cpu_util(name, started.get(name, {}))
-            clusters.append(member.cluster(ours, ready=ready, cpu_util=util))
+            domains = self.state.store.policy.domains
+            clusters.append(member.cluster(ours, ready=ready, cpu_util=util, domains=domains))
             bandwidth[name] = dict(member.spec.bandwidth_gbps)
         self.state.views = {c.name: c for c in clusters}
         self.state.store.set_gpu_types(n.gpu_type for c in clusters for n in c.nodes)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from cpn.core.capacity import Usage
 from cpn.core.health import Probe
 from cpn.core.model import Cluster
+from cpn.core.policy import Domain
 
 #: A watch's events: ("LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object or None).
 WatchFn = Callable[[str, Mapping[str, Any] | None], None]
@@ -133,6 +134,7 @@ class Member(Protocol):
         *,
         ready: bool,
         cpu_util: Mapping[str, float] | None = None,
+        domains: tuple[Domain, ...] = (),
     ) -> Cluster: ...
 
     def create_job(self, manifest: Mapping[str, Any]) -> str:

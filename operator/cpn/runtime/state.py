@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -104,6 +104,14 @@ class RuntimeState:
         return member_timeout(
             self.store.policy.retry.member_timeout_s, self.config.member_timeout_s
         )
+
+    def domain_at(self, cluster: str, nodes: Sequence[str]) -> str:
+        """The domain of ``nodes`` (their first) of member ``cluster``, as the last cycle saw
+        it ("" for none, or a node it did not see)."""
+        view = self.views.get(cluster)
+        if view is None or not nodes:
+            return ""
+        return next((node.domain for node in view.nodes if node.name == nodes[0]), "")
 
     def kick(self) -> None:
         """Ask for a cycle soon (merged with other kicks)."""

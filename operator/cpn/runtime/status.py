@@ -65,6 +65,7 @@ def render_status(
         "fence": record.fence or None,
         "cluster": record.cluster or None,
         "gpuType": record.gpu_type or None,
+        "domain": record.domain or None,
         "nodes": list(record.nodes) or None,
         "runsAlone": True if record.alone and not waiting else None,
         "transferSeconds": round(record.transfer_s, 1) if record.cluster else None,

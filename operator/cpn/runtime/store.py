@@ -83,6 +83,7 @@ class Record:
     fifo_due_s: float | None = None  # its FIFO due time, stamped once (status.fifoDue)
     cluster: str = ""
     gpu_type: str = ""
+    domain: str = ""  # the policy's domain of its nodes (cpn.core.domains), "" for none
     nodes: tuple[str, ...] = ()
     alone: bool = False  # its attempt runs alone on its nodes (cpn.core.alone)
     gpu_usage: GpuUsage | None = None  # its GPUs as last read while it ran (gpuusage.py)
@@ -444,6 +445,7 @@ def _restored(aijob: AIJobObject) -> Record:
         fifo_due_s=saved.fifo_due_s,
         cluster=saved.cluster,
         gpu_type=saved.gpu_type,
+        domain=saved.domain,
         nodes=saved.nodes,
         alone=saved.alone,
         gpu_usage=saved.gpu_usage,

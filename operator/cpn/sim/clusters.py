@@ -7,28 +7,32 @@
       - name: east
         nodes:
           - {count: 4, gpu_type: V100, gpus_per_node: 8, gpu_memory_gib: 32,
-             cpu: 64, memory_gib: 512}
+             cpu: 64, memory_gib: 512, labels: {pool: interactive}}
     bandwidth_gbps: {east: {west: 10}}   # symmetric; missing pairs mean no link
 
 GPU types are canonicalised through the predictor's catalog; ``gpu_memory_gib`` (per
 GPU) defaults to the catalog's figure for the type, ``cpu`` and ``memory_gib`` to 0
-(a job asking CPU or memory then never fits). Every error names
-the file and the field path (``clusters[0].nodes[1].gpu_type``).
+(a job asking CPU or memory then never fits). ``labels`` are the nodes' labels, which
+the policy's domains select (:meth:`ClusterSet.in_domains`, with the operator's
+:func:`cpn.core.domains.node_domain`). Every error names the file and the field path
+(``clusters[0].nodes[1].gpu_type``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import yaml
 
+from cpn.core.domains import check_domains, node_domain
 from cpn.core.errors import FieldError, InvalidSpec
 from cpn.core.model import Cluster, Node
+from cpn.core.policy import Domain
 from cpn.sim import speed
 
 
@@ -39,6 +43,32 @@ class ClusterSet:
     clusters: tuple[Cluster, ...]
     bandwidth_gbps: Mapping[str, Mapping[str, float]]
     reference_gpu: str
+    labels: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=dict)  # by node
+
+    def in_domains(self, domains: tuple[Domain, ...]) -> tuple[Cluster, ...]:
+        """The clusters with each node in its domain of ``domains`` (the policy's); domains
+        that overlap on a node are refused, as the operator refuses them."""
+        if not domains:
+            return self.clusters
+        nodes = [
+            (c.name, n.name, self._labels(c.name, n.name)) for c in self.clusters for n in c.nodes
+        ]
+        refused, _ = check_domains(domains, nodes)
+        if refused:
+            raise InvalidSpec([FieldError("domains", why) for why in refused])
+        return tuple(
+            replace(
+                c,
+                nodes=tuple(
+                    replace(n, domain=node_domain(domains, c.name, self._labels(c.name, n.name)))
+                    for n in c.nodes
+                ),
+            )
+            for c in self.clusters
+        )
+
+    def _labels(self, cluster: str, node: str) -> Mapping[str, str]:
+        return self.labels.get((cluster, node), MappingProxyType({}))
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -97,7 +127,27 @@ def _gpu(raw: Any, path: str, errors: list[FieldError]) -> str:
         return ""
 
 
-_NODE_KEYS = {"count", "gpu_type", "gpus_per_node", "gpu_memory_gib", "cpu", "memory_gib", "name"}
+_NODE_KEYS = {
+    "count",
+    "gpu_type",
+    "gpus_per_node",
+    "gpu_memory_gib",
+    "cpu",
+    "memory_gib",
+    "name",
+    "labels",
+}
+
+
+def _node_labels(raw: Any, path: str, errors: list[FieldError]) -> Mapping[str, str]:
+    if raw is None:
+        return MappingProxyType({})
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        errors.append(FieldError(path, "must be a mapping of label to string value"))
+        return MappingProxyType({})
+    return MappingProxyType(dict(raw))
 
 
 def parse_clusters(doc: Any, *, where: str = "") -> ClusterSet:
@@ -110,6 +160,7 @@ def parse_clusters(doc: Any, *, where: str = "") -> ClusterSet:
     reference = _gpu(doc.get("reference_gpu"), "reference_gpu", errors)
     raw_clusters = doc.get("clusters")
     clusters: list[Cluster] = []
+    labels: dict[tuple[str, str], Mapping[str, str]] = {}
     names: set[str] = set()
     if not isinstance(raw_clusters, list) or not raw_clusters:
         errors.append(FieldError("clusters", "required: a non-empty list"))
@@ -158,7 +209,10 @@ def parse_clusters(doc: Any, *, where: str = "") -> ClusterSet:
             cpu = _number(raw_node.get("cpu"), f"{npath}.cpu", errors, default=0)
             mem = _number(raw_node.get("memory_gib"), f"{npath}.memory_gib", errors, default=0)
             stem = raw_node.get("name") or f"{name}-g{ni}"
+            node_labels = _node_labels(raw_node.get("labels"), f"{npath}.labels", errors)
             for k in range(count):
+                if node_labels:
+                    labels[(name, f"{stem}-{k:03d}")] = node_labels
                 nodes.append(
                     Node(
                         cluster=name,
@@ -178,7 +232,12 @@ def parse_clusters(doc: Any, *, where: str = "") -> ClusterSet:
     bandwidth = _bandwidth(doc.get("bandwidth_gbps"), names, errors)
     if errors:
         raise InvalidSpec(errors, where=where)
-    return ClusterSet(clusters=tuple(clusters), bandwidth_gbps=bandwidth, reference_gpu=reference)
+    return ClusterSet(
+        clusters=tuple(clusters),
+        bandwidth_gbps=bandwidth,
+        reference_gpu=reference,
+        labels=MappingProxyType(labels),
+    )
 
 
 def _bandwidth(

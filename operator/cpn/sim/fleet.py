@@ -65,8 +65,7 @@ class Fleet:
 
     def fits_somewhere(self, job: Job) -> bool:
         """Whether ``job`` fits one (cluster, GPU type) of empty nodes it may run on."""
-        capacity = self._capacity
-        return any(job.allows(key[1]) and capacity.ever_fits(job, key) for key in capacity.groups)
+        return self._capacity.ever_fits_somewhere(job)
 
     def has_room(self, gpus: float) -> bool:
         """Whether a schedulable node has ``gpus`` GPUs free now."""
@@ -76,7 +75,7 @@ class Fleet:
         )
 
     def take(self, job: Job, cluster: str, gpu_type: str, nodes: Sequence[str]) -> None:
-        self._capacity.take(job, (cluster, gpu_type), nodes)
+        self._capacity.take(job, self._capacity.key_of(cluster, gpu_type, nodes), nodes)
         self._changed(cluster, nodes)
 
     def release(self, job: Job, cluster: str, nodes: Sequence[str]) -> None:

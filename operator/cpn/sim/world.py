@@ -184,7 +184,7 @@ class World:
         self.total_gpus = clusters.total_gpus
         self.truth = truth or truth_for(trace, clusters.reference_gpu)
 
-        self._fleet = Fleet(clusters.clusters, policy)
+        self._fleet = Fleet(clusters.in_domains(policy.domains), policy)
 
         self._trace = sorted(trace, key=lambda j: j.submit_s)
         self._check_trace()
