@@ -11,24 +11,23 @@ as a hint), so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
-import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from cpn.api import policyvalues as v
 from cpn.api.fields import FieldReader, hint, join
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import short_repr as _short
 from cpn.api.yamlsafe import MAX_BYTES, YamlError, load_yaml
-from cpn.core.errors import FieldError, FormulaError, PolicyError
+from cpn.core.errors import FieldError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
-from cpn.core.formula import compile_formula
 from cpn.core.policy import (
     BENCHMARK_MODELS,
     Aging,
     Benchmarks,
+    DataPolicy,
     GroupQuota,
     Level,
     Limit,
@@ -52,151 +51,18 @@ MAX_DURATION_S = 366 * 86400.0  # a year
 MAX_WEIGHT = 1e6
 MAX_LEVEL = 1e9  # user/group levels and job priorities
 MAX_LEVELS = 64
-MAX_NAME = 253
+MAX_CACHE_GB = 1e9  # an exabyte of cache on one member is a typo
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-class _Invalid(Exception):
-    """One value is wrong; ``at`` is appended to the field's path (e.g. ``[2]``)."""
-
-    def __init__(self, message: str, at: str = "") -> None:
-        super().__init__(message)
-        self.at = at
-
-
-Parser = Callable[[Any], Any]
-
-
-def _num(value: float) -> str:
-    """A bound as an admin would write it: 31622400, not 3.16224e+07."""
-    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
-
-
-# --- scalar parsers: each returns the value or raises _Invalid -----------------
-
-
-def _number(low: float, high: float, *, above: bool = False, nullable: bool = False) -> Parser:
-    """A finite number in [low, high] (or (low, high] with ``above``); null if ``nullable``."""
-
-    def parse(value: Any) -> float | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            quoted = isinstance(value, str) and _looks_numeric(value)
-            hint = " (write it without quotes)" if quoted else ""
-            raise _Invalid(f"expected a number, got {_kind(value)}{hint}")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise _Invalid(f"must be at most {_num(high)}, got a huge integer") from None
-        if not math.isfinite(number):
-            raise _Invalid(f"must be a finite number, got {value}")
-        if above and number <= low:
-            raise _Invalid(f"must be greater than {_num(low)}, got {value}")
-        if number < low:
-            raise _Invalid(f"must be at least {_num(low)}, got {value}")
-        if number > high:
-            raise _Invalid(f"must be at most {_num(high)}, got {value}")
-        return number
-
-    return parse
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _integer(low: int, high: int, *, nullable: bool = False) -> Parser:
-    def parse(value: Any) -> int | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"expected an integer, got {_kind(value)}")
-        if not low <= value <= high:
-            raise _Invalid(f"must be between {low} and {high}, got {_short(value)}")
-        return value
-
-    return parse
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        yaml11 = isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n")
-        hint = " (only true and false are booleans)" if yaml11 else ""
-        raise _Invalid(f"expected true or false, got {_kind(value)}{hint}")
-    return value
-
-
-def _name(value: Any) -> str:
-    """A display name: any text but invisible characters (controls, zero-width, bidi)."""
-    if not isinstance(value, str) or not value.strip():
-        raise _Invalid(f"expected a non-empty string, got {_kind(value)}")
-    if len(value) > MAX_NAME:
-        raise _Invalid(f"is longer than {MAX_NAME} characters")
-    for index, char in enumerate(value):
-        if unicodedata.category(char)[0] in "CZ" and char != " ":
-            raise _Invalid(f"{value!a}: invisible character U+{ord(char):04X} at {index}")
-    return value
-
-
-def _ident(value: Any) -> str:
-    """A name that is matched (group, user, queue, namespace, GPU type): printable ASCII
-    without spaces, so no look-alike or invisible character makes two names seem one."""
-    name = _name(value)
-    for index, char in enumerate(name):
-        if not " " < char < "\x7f":
-            raise _Invalid(f"{name!a}: character U+{ord(char):04X} at {index} is not ASCII")
-    return name
-
-
-def _choice(options: tuple[str, ...]) -> Parser:
-    def parse(value: Any) -> str:
-        if not isinstance(value, str) or value not in options:
-            near = hint(value, options) if isinstance(value, str) else ""
-            raise _Invalid(f"must be one of {', '.join(options)}; got {_kind(value)}{near}")
-        return value
-
-    return parse
-
-
-def _formula(*, nullable: bool = False) -> Parser:
-    def parse(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str):
-            raise _Invalid(f"expected a formula (a string), got {_kind(value)}")
-        try:
-            compile_formula(value)
-        except FormulaError as error:
-            raise _Invalid(f"invalid formula: {error}") from None
-        return value
-
-    return parse
-
-
-def _names(value: Any) -> frozenset[str]:
-    if not isinstance(value, list):
-        raise _Invalid(f"expected a list of names, got {_kind(value)}")
-    for index, item in enumerate(value):
-        try:
-            _ident(item)
-        except _Invalid as invalid:
-            raise _Invalid(str(invalid), at=f"[{index}]") from None
-    return frozenset(value)
-
-
 # --- the fields of each section ------------------------------------------------
 
-_TOP: Mapping[str, Parser] = {
-    "name": _name,
-    "ordering": _choice(ORDERINGS),
-    "formula": _formula(),
-    "node_cpu_ceiling": _number(0.0, 1.0, above=True, nullable=True),
+_TOP: Mapping[str, v.Parser] = {
+    "name": v.name,
+    "ordering": v.choice(ORDERINGS),
+    "formula": v.formula(),
+    "node_cpu_ceiling": v.number(0.0, 1.0, above=True, nullable=True),
 }
 _TOP_SECTIONS = (
     "levels",
@@ -209,93 +75,99 @@ _TOP_SECTIONS = (
     "preemption",
     "retry",
     "benchmarks",
+    "data",
     "namespaces",
 )
-_LEVEL: Mapping[str, Parser] = {
-    "name": _name,
-    "groups": _names,
-    "users": _names,
-    "queues": _names,
-    "min_priority": _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True),
-    "max_gpus": _number(0.0, MAX_GPUS, nullable=True),
-    "min_gpus": _number(0.0, MAX_GPUS, nullable=True),
-    "formula": _formula(nullable=True),
+_LEVEL: Mapping[str, v.Parser] = {
+    "name": v.name,
+    "groups": v.names,
+    "users": v.names,
+    "queues": v.names,
+    "min_priority": v.integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True),
+    "max_gpus": v.number(0.0, MAX_GPUS, nullable=True),
+    "min_gpus": v.number(0.0, MAX_GPUS, nullable=True),
+    "formula": v.formula(nullable=True),
 }
-_AGING: Mapping[str, Parser] = {
-    "rate": _number(0.0, MAX_WEIGHT),
-    "max_wait_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+_AGING: Mapping[str, v.Parser] = {
+    "rate": v.number(0.0, MAX_WEIGHT),
+    "max_wait_s": v.number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
-_RESERVATION: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "min_gpus": _number(0.0, MAX_GPUS, above=True),
-    "max_reservations": _integer(0, 1000),
-    "backfill": _boolean,
-    "claim_big": _boolean,
-    "drain_after_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
-    "drain_ratio": _number(0.0, MAX_WEIGHT),
-    "head": _boolean,
-    "drain_fifo": _boolean,
+_RESERVATION: Mapping[str, v.Parser] = {
+    "enabled": v.boolean,
+    "min_gpus": v.number(0.0, MAX_GPUS, above=True),
+    "max_reservations": v.integer(0, 1000),
+    "backfill": v.boolean,
+    "claim_big": v.boolean,
+    "drain_after_s": v.number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "drain_ratio": v.number(0.0, MAX_WEIGHT),
+    "head": v.boolean,
+    "drain_fifo": v.boolean,
 }
-_PLACEMENT: Mapping[str, Parser] = {
-    "method": _choice(METHODS),
-    "wait_for_faster": _boolean,
-    "wait_weight": _number(0.0, MAX_WEIGHT),
-    "transfer_weight": _number(0.0, MAX_WEIGHT),
-    "runtime_weight": _number(0.0, MAX_WEIGHT),
-    "time_limit_s": _number(0.0, 600.0, above=True),
-    "window": _integer(1, 10_000),
-    "affinity": _choice(AFFINITIES),
-    "first_of_model_alone": _boolean,
+_PLACEMENT: Mapping[str, v.Parser] = {
+    "method": v.choice(METHODS),
+    "wait_for_faster": v.boolean,
+    "wait_weight": v.number(0.0, MAX_WEIGHT),
+    "transfer_weight": v.number(0.0, MAX_WEIGHT),
+    "runtime_weight": v.number(0.0, MAX_WEIGHT),
+    "time_limit_s": v.number(0.0, 600.0, above=True),
+    "window": v.integer(1, 10_000),
+    "affinity": v.choice(AFFINITIES),
+    "first_of_model_alone": v.boolean,
 }
-_PREEMPTION: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "min_priority_gap": _integer(0, int(MAX_LEVEL)),
-    "restart_cost_s": _number(0.0, MAX_DURATION_S),
-    "checkpoint_interval_s": _number(0.0, MAX_DURATION_S, above=True),
-    "min_run_s": _number(0.0, MAX_DURATION_S),
-    "shorter_by": _number(1.0, 1e6),
+_PREEMPTION: Mapping[str, v.Parser] = {
+    "enabled": v.boolean,
+    "min_priority_gap": v.integer(0, int(MAX_LEVEL)),
+    "restart_cost_s": v.number(0.0, MAX_DURATION_S),
+    "checkpoint_interval_s": v.number(0.0, MAX_DURATION_S, above=True),
+    "min_run_s": v.number(0.0, MAX_DURATION_S),
+    "shorter_by": v.number(1.0, 1e6),
 }
-_RETRY: Mapping[str, Parser] = {
-    "max_attempts": _integer(1, 100),
-    "backoff_s": _number(0.0, 86400.0),
-    "start_timeout_s": _number(0.0, MAX_DURATION_S, above=True),
-    "member_lost": _choice(MEMBER_LOST_CHOICES),
-    "member_timeout_s": _number(0.0, MAX_DURATION_S, above=True, nullable=True),
+_RETRY: Mapping[str, v.Parser] = {
+    "max_attempts": v.integer(1, 100),
+    "backoff_s": v.number(0.0, 86400.0),
+    "start_timeout_s": v.number(0.0, MAX_DURATION_S, above=True),
+    "member_lost": v.choice(MEMBER_LOST_CHOICES),
+    "member_timeout_s": v.number(0.0, MAX_DURATION_S, above=True, nullable=True),
 }
 
 
 def _models(value: Any) -> tuple[str, ...]:
     """A non-empty list of the benchmark workload's models, each once, in order."""
     if not isinstance(value, list) or not value:
-        raise _Invalid(f"expected a non-empty list of models, got {_kind(value)}")
+        raise v.Invalid(f"expected a non-empty list of models, got {_kind(value)}")
     for index, item in enumerate(value):
         if not isinstance(item, str) or item not in BENCHMARK_MODELS:
             near = hint(item, BENCHMARK_MODELS) if isinstance(item, str) else ""
             message = f"must be one of {', '.join(BENCHMARK_MODELS)}; got {_kind(item)}{near}"
-            raise _Invalid(message, at=f"[{index}]")
+            raise v.Invalid(message, at=f"[{index}]")
         if item in value[:index]:
-            raise _Invalid(f"{item} is listed twice", at=f"[{index}]")
+            raise v.Invalid(f"{item} is listed twice", at=f"[{index}]")
     return tuple(value)
 
 
 def _image(value: Any) -> str:
     """A container image reference: printable ASCII, no spaces."""
-    name = _ident(value)
+    name = v.ident(value)
     if len(name) > 1024:
-        raise _Invalid("is longer than 1024 characters")
+        raise v.Invalid("is longer than 1024 characters")
     return name
 
 
-_BENCHMARKS: Mapping[str, Parser] = {
-    "enabled": _boolean,
-    "max_age_days": _number(0.0, 3660.0, above=True),
+_BENCHMARKS: Mapping[str, v.Parser] = {
+    "enabled": v.boolean,
+    "max_age_days": v.number(0.0, 3660.0, above=True),
     "models": _models,
-    "budget_s": _number(1.0, 86400.0),
+    "budget_s": v.number(1.0, 86400.0),
     "image": _image,
 }
+_DATA: Mapping[str, v.Parser] = {
+    "locality": v.boolean,
+    "default_cache_gb": v.number(0.0, MAX_CACHE_GB, nullable=True),
+}
+_DATA_KEYS = (*_DATA, "cache_gb")
 _QUOTAS = ("groups", "lending", "max_priority")
-_MAX_PRIORITY = _integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
-_LIMIT: Mapping[str, Parser] = {"gpus": _number(0.0, MAX_GPUS, nullable=True)}
+_MAX_PRIORITY = v.integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
+_LIMIT: Mapping[str, v.Parser] = {"gpus": v.number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
 _GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority")
 _NAMESPACE = ("user", "group")
@@ -314,6 +186,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "preemption": tuple(_PREEMPTION),
         "retry": tuple(_RETRY),
         "benchmarks": tuple(_BENCHMARKS),
+        "data": _DATA_KEYS,
         "namespaces.<namespace>": _NAMESPACE,
     }
 )
@@ -326,7 +199,7 @@ class _Reader(FieldReader):
         super().__init__("key")
 
     def fields(
-        self, section: Mapping[str, Any], path: str, parsers: Mapping[str, Parser]
+        self, section: Mapping[str, Any], path: str, parsers: Mapping[str, v.Parser]
     ) -> dict[str, Any]:
         """Parse the present fields of a section; bad ones are reported and left out."""
         parsed: dict[str, Any] = {}
@@ -334,11 +207,11 @@ class _Reader(FieldReader):
             if key in section:
                 try:
                     parsed[key] = parse(section[key])
-                except _Invalid as invalid:
+                except v.Invalid as invalid:
                     self.error(join(path, key) + invalid.at, str(invalid))
         return parsed
 
-    def section(self, value: Any, path: str, parsers: Mapping[str, Parser]) -> dict[str, Any]:
+    def section(self, value: Any, path: str, parsers: Mapping[str, v.Parser]) -> dict[str, Any]:
         return self.fields(self.mapping(value, path, tuple(parsers)), path, parsers)
 
     def entries(self, value: Any, path: str, what: str) -> list[tuple[str, Any, str]]:
@@ -351,20 +224,20 @@ class _Reader(FieldReader):
         found = []
         for key, item in value.items():
             try:
-                name = _ident(key)
-            except _Invalid as invalid:
+                name = v.ident(key)
+            except v.Invalid as invalid:
                 self.error(path, f"{what} name {_short(key)}: {invalid}")
                 continue
             found.append((name, item, join(path, name)))
         return found
 
-    def table(self, value: Any, path: str, what: str, parse: Parser) -> dict[str, Any]:
+    def table(self, value: Any, path: str, what: str, parse: v.Parser) -> dict[str, Any]:
         """``{name: value}`` with each value parsed by ``parse``."""
         parsed: dict[str, Any] = {}
         for name, item, item_path in self.entries(value, path, what):
             try:
                 parsed[name] = parse(item)
-            except _Invalid as invalid:
+            except v.Invalid as invalid:
                 self.error(item_path + invalid.at, str(invalid))
         return parsed
 
@@ -401,7 +274,7 @@ def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
         first_index.setdefault(name, index)
         low, high = fields.get("min_gpus"), fields.get("max_gpus")
         if low is not None and high is not None and low > high:
-            reader.error(f"{path}.min_gpus", f"{_num(low)} is more than max_gpus {_num(high)}")
+            reader.error(f"{path}.min_gpus", f"{v.num(low)} is more than max_gpus {v.num(high)}")
         level = Level(name=name, **fields)
         if catch_all is not None:
             reader.error(
@@ -417,7 +290,7 @@ def _levels(reader: _Reader, value: Any) -> tuple[Level, ...]:
 def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
     written: dict[str, str] = {}
     limits: dict[str, float] = {}
-    parse = _number(0.0, MAX_GPUS)
+    parse = v.number(0.0, MAX_GPUS)
     for name, item, item_path in reader.entries(value, path, "GPU type"):
         try:
             types = sorted(expand_gpu_types(name))
@@ -438,7 +311,7 @@ def _per_type(reader: _Reader, value: Any, path: str) -> Mapping[str, float]:
         written[canonical] = name
         try:
             limits[canonical] = parse(item)
-        except _Invalid as invalid:
+        except v.Invalid as invalid:
             reader.error(item_path, str(invalid))
     return MappingProxyType(limits)
 
@@ -455,14 +328,14 @@ def _check_within(reader: _Reader, inner: Limit, outer: Limit, path: str) -> Non
     if inner.gpus is not None and outer.gpus is not None and inner.gpus > outer.gpus:
         reader.error(
             join(path, "gpus"),
-            f"{_num(inner.gpus)} GPUs exceeds the group's {_num(outer.gpus)} {why}",
+            f"{v.num(inner.gpus)} GPUs exceeds the group's {v.num(outer.gpus)} {why}",
         )
     for gpu_type, gpus in inner.per_type.items():
         ceiling = outer.per_type.get(gpu_type, outer.gpus)
         if ceiling is not None and gpus > ceiling:
             reader.error(
                 join(join(path, "per_type"), gpu_type),
-                f"{_num(gpus)} {gpu_type} GPUs exceeds the group's {_num(ceiling)} {why}",
+                f"{v.num(gpus)} {gpu_type} GPUs exceeds the group's {v.num(ceiling)} {why}",
             )
 
 
@@ -486,7 +359,7 @@ def _group_quota(reader: _Reader, value: Any, path: str) -> GroupQuota:
 
 def _quotas(reader: _Reader, value: Any) -> Quotas:
     section = reader.mapping(value, "quotas", _QUOTAS)
-    fields = reader.fields(section, "quotas", {"lending": _boolean, "max_priority": _MAX_PRIORITY})
+    fields = reader.fields(section, "quotas", {"lending": v.boolean, "max_priority": _MAX_PRIORITY})
     groups = {
         group: _group_quota(reader, item, path)
         for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
@@ -499,11 +372,20 @@ def _namespaces(reader: _Reader, value: Any) -> Mapping[str, tuple[str, str]]:
     for namespace, item, path in reader.entries(value, "namespaces", "namespace"):
         if not _DNS_LABEL.fullmatch(namespace):
             reader.error(path, "not a namespace name (lower-case letters, digits, '-'; ≤ 63)")
-        fields = reader.section(item, path, {"user": _ident, "group": _ident})
+        fields = reader.section(item, path, {"user": v.ident, "group": v.ident})
         if item is None or (isinstance(item, Mapping) and not item):
             reader.error(path, "give a user, a group or both")
         owners[namespace] = (fields.get("user", ""), fields.get("group", ""))
     return MappingProxyType(owners)
+
+
+def _data(reader: _Reader, value: Any) -> DataPolicy:
+    section = reader.mapping(value, "data", _DATA_KEYS)
+    fields = reader.fields(section, "data", _DATA)
+    sizes = reader.table(
+        section.get("cache_gb"), "data.cache_gb", "cluster", v.number(0.0, MAX_CACHE_GB)
+    )
+    return DataPolicy(cache_gb=MappingProxyType(sizes), **fields)
 
 
 def _check_placement(reader: _Reader, placement: Placement) -> None:
@@ -533,7 +415,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
     reader = _Reader()
     top = reader.mapping(data, "", (*_TOP, *_TOP_SECTIONS))
     fields = reader.fields(top, "", _TOP)
-    level_parse = _number(-MAX_LEVEL, MAX_LEVEL)
+    level_parse = v.number(-MAX_LEVEL, MAX_LEVEL)
     policy = QueuePolicy(
         version=version,
         levels=_levels(reader, top.get("levels")),
@@ -552,6 +434,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         preemption=Preemption(**reader.section(top.get("preemption"), "preemption", _PREEMPTION)),
         retry=Retry(**reader.section(top.get("retry"), "retry", _RETRY)),
         benchmarks=Benchmarks(**reader.section(top.get("benchmarks"), "benchmarks", _BENCHMARKS)),
+        data=_data(reader, top.get("data")),
         namespaces=_namespaces(reader, top.get("namespaces")),
         **fields,
     )
