@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cpn.api.policy import KNOWN_KEYS, parse_policy, parse_policy_configmap
 from cpn.api.yamlsafe import MAX_BYTES
 from cpn.core.errors import PolicyError
-from cpn.core.policy import Limit, QueuePolicy
+from cpn.core.policy import DataPolicy, Limit, QueuePolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "policies"
@@ -90,6 +90,9 @@ def test_every_key_maps_to_its_field() -> None:
     assert (bench.enabled, bench.max_age_days, bench.models) == (True, 7.5, ("resnet50",))
     assert (bench.budget_s, bench.image) == (60.0, "registry.example/cpn-workloads:0.2")
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
+    assert policy.data == DataPolicy(
+        locality=False, cache_gb={"east": 250.0}, default_cache_gb=1000.0
+    )
 
 
 def test_numbers_are_floats_and_gpu_types_canonical() -> None:
