@@ -150,3 +150,10 @@ def test_simulate_locality_both_reports_moved_data(
     payload = json.loads(capsys.readouterr().out)
     assert list(payload) == ["fifo/aware", "fifo/blind"]
     assert all("moved_gb" in metrics for metrics in payload.values())
+
+
+def test_a_dataset_homed_on_an_unknown_cluster_is_refused() -> None:
+    """The trace's dataset_cluster must name a cluster of the cluster file."""
+    with pytest.raises(InvalidSpec) as caught:
+        _run([tjob("j", inputs=_ds("d", at="nowhere"))])
+    assert [e.path for e in caught.value.errors] == ["dataset_cluster"]

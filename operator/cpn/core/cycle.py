@@ -200,7 +200,7 @@ class _Cycle:
             return cand.transfer_s, ()
         cluster = cand.key[0]
         found = staging(job, cluster, self.snapshot, self.arriving)
-        if found is None:  # (a candidate's data reaches its cluster: not without inputs)
+        if found is None:  # not for a candidate: its data reached this cluster without them
             return cand.transfer_s, ()
         for ident in found.moves:
             self.arriving[(cluster, ident)] = found.seconds

@@ -2,7 +2,7 @@
 
 Real traces (Philly's among them) say who submitted a job but not what it read. This
 module gives each job one dataset, drawn so that jobs of one group share data, as
-teams do. The law (also in docs/simulator-data.md), with its defaults:
+teams do. The law (also in docs/data-locality.md), with its defaults:
 
 * each group (the trace's ``group``; jobs without one form one group) owns
   ``per_group`` = 8 datasets, named ``<group>-d1`` ... ``<group>-d8``;
