@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpn.core.cycle import plan_cycle
@@ -196,3 +196,33 @@ def test_eviction_keeps_the_most_recently_used(cache: dict[str, Cached], capacit
     gone = set(cache) - set(kept)
     if gone and kept:
         assert max(cache[k].last_used_s for k in gone) <= min(c.last_used_s for c in kept.values())
+
+
+_POOL = [DataInput(name=f"d{k}", size_gb=10.0 * k, location=at) for k in (1, 2, 3) for at in "ab"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(_POOL), max_size=3, unique_by=lambda i: i.name), max_size=6),
+    st.sets(st.sampled_from(["d1", "d2", "d3"])),
+)
+def test_a_cycle_moves_each_input_to_a_cluster_at_most_once(
+    needs: list[list[DataInput]], held_on_b: set[str]
+) -> None:
+    """Whatever the jobs read and b holds: no input is staged twice on one cluster in one
+    plan, nothing held or already home is staged, and a start's transfer covers the moves."""
+    jobs = [job(f"j{i}", gpus=2, inputs=tuple(reads)) for i, reads in enumerate(needs)]
+    cache = {"b": {ident: Cached(size_gb=1.0, last_used_s=0.0) for ident in held_on_b}}
+    snap = _snap(*jobs, cache=cache)
+    seen: set[tuple[str, str]] = set()
+    by_key = {j.key: j for j in jobs}
+    for start in plan_cycle(snap).starts:
+        homes = {i.ident: i.location for i in by_key[start.job_key].inputs}
+        for ident in start.staged:
+            assert (start.cluster, ident) not in seen
+            seen.add((start.cluster, ident))
+            assert homes[ident] != start.cluster
+            assert ident not in cache.get(start.cluster, {})
+        alone = transfer_s(by_key[start.job_key], start.cluster, snap)
+        assert alone is not None and start.transfer_s >= 0.0
+        assert not start.staged or start.transfer_s > 0.0
