@@ -191,9 +191,7 @@ DATA_RULE = (
     "!has(self.data) || !has(self.data.sizeGB) || self.data.sizeGB == 0.0 || has(self.data.cluster)"
 )
 
-INPUTS_RULE = (
-    "!has(self.inputs) || self.inputs.all(x, self.inputs.exists_one(y, y.name == x.name))"
-)
+INPUTS_RULE = "!has(self.inputs) || self.inputs.all(x, self.inputs.exists_one(y, y.name == x.name))"
 
 
 @pytest.mark.parametrize(
