@@ -148,7 +148,7 @@ def test_simulate_locality_both_reports_moved_data(
         == 0
     )
     payload = json.loads(capsys.readouterr().out)
-    assert list(payload) == ["fifo/aware", "fifo/blind"]
+    assert list(payload) == ["fifo-aware", "fifo-blind"]
     assert all("moved_gb" in metrics for metrics in payload.values())
 
 

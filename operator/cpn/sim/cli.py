@@ -24,8 +24,8 @@ writes the same plus ``report.md`` (what ran, the table, the plots, the command)
 projection per arrival instant) and adds its accuracy (``eta`` in each policy's
 metrics, a table and a histogram in the report), raw and calibrated from
 experience (:mod:`cpn.core.eta_calibration`, the operator's calibration).
-``--locality both`` runs each policy twice, placing by where data is (``NAME/aware``)
-and blind to it (``NAME/blind``, the policy's ``data.locality: false``); the table's
+``--locality both`` runs each policy twice, placing by where data is (``NAME-aware``)
+and blind to it (``NAME-blind``, the policy's ``data.locality: false``); the table's
 ``moved GB`` is the data and images moved between clusters. ``--cache-gb`` bounds every
 member's data cache (``data.default_cache_gb``). ``datasets`` writes a data-sharing
 trace: one dataset per job, by the law of :mod:`cpn.sim.datatrace`.
@@ -139,7 +139,7 @@ def _with_data(
         for aware in (True, False):
             mode = "aware" if aware else "blind"
             if locality in (mode, "both"):
-                label = f"{name}/{mode}" if locality == "both" else name
+                label = f"{name}-{mode}" if locality == "both" else name
                 out.append((label, replace(policy, data=replace(data, locality=aware))))
     return out
 
