@@ -148,6 +148,7 @@ def test_reader_keys_match_the_crd_schema() -> None:
     assert set(KNOWN_KEYS["spec"]) == set(spec)
     for section in ("resources", "model", "data", "image"):
         assert set(KNOWN_KEYS[f"spec.{section}"]) == set(spec[section]["properties"]), section
+    assert set(KNOWN_KEYS["spec.inputs[]"]) == set(spec["inputs"]["items"]["properties"])
 
 
 def test_unknown_but_plain_model_is_accepted_as_unseen() -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cpn.api.policy import KNOWN_KEYS, parse_policy, parse_policy_configmap
 from cpn.api.yamlsafe import MAX_BYTES
 from cpn.core.errors import PolicyError
-from cpn.core.policy import Limit, QueuePolicy
+from cpn.core.policy import DataPolicy, Limit, QueuePolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "policies"
@@ -90,6 +90,9 @@ def test_every_key_maps_to_its_field() -> None:
     assert (bench.enabled, bench.max_age_days, bench.models) == (True, 7.5, ("resnet50",))
     assert (bench.budget_s, bench.image) == (60.0, "registry.example/cpn-workloads:0.2")
     assert dict(policy.namespaces) == {"alice-dev": ("alice", "team-a"), "shared": ("", "team-b")}
+    assert policy.data == DataPolicy(
+        locality=False, cache_gb={"east": 250.0}, default_cache_gb=1000.0
+    )
 
 
 def test_numbers_are_floats_and_gpu_types_canonical() -> None:
@@ -598,3 +601,25 @@ def test_drain_and_claim_are_read_and_null_turns_draining_off():
     assert policy.reservation.drain_ratio == 0.0
     assert parse_policy("reservation: {drain_after_s: null}").reservation.drain_after_s is None
     assert parse_policy("{}").reservation.drain_after_s == 300 * 3600.0
+
+
+# --- data: locality and the per-member cache -------------------------------------------
+
+
+def test_data_section_reads_locality_and_cache_sizes() -> None:
+    """`data` sets locality, each member's cache and the default; absent, all unlimited."""
+    policy = parse_policy(
+        "data: {locality: false, cache_gb: {gpu-west: 2000}, default_cache_gb: 500}\n"
+    )
+    assert policy.data.locality is False
+    assert dict(policy.data.cache_gb) == {"gpu-west": 2000.0}
+    assert policy.data.default_cache_gb == 500.0
+    assert parse_policy("").data.default_cache_gb is None and parse_policy("").data.locality
+
+
+def test_data_section_errors_name_the_field() -> None:
+    """A negative cache, a non-boolean locality and an unknown key are each reported at once."""
+    found = errors_of({"data": {"cache_gb": {"a": -1}, "locality": "yes", "caches": 1}})
+    assert set(found) == {"data.cache_gb.a", "data.locality", "data.caches"}
+    assert "at least 0" in found["data.cache_gb.a"]
+    assert "only true and false" in found["data.locality"]

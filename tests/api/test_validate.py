@@ -191,6 +191,8 @@ DATA_RULE = (
     "!has(self.data) || !has(self.data.sizeGB) || self.data.sizeGB == 0.0 || has(self.data.cluster)"
 )
 
+INPUTS_RULE = "!has(self.inputs) || self.inputs.all(x, self.inputs.exists_one(y, y.name == x.name))"
+
 
 @pytest.mark.parametrize(
     ("rule", "spec", "holds"),
@@ -207,6 +209,10 @@ DATA_RULE = (
         (DATA_RULE, {"data": {"sizeGB": 3, "cluster": "m"}}, True),
         (DATA_RULE, {"data": {"sizeGB": 3}}, False),
         (DATA_RULE, {"data": {"cluster": "m"}}, True),
+        (INPUTS_RULE, {}, True),
+        (INPUTS_RULE, {"inputs": []}, True),
+        (INPUTS_RULE, {"inputs": [{"name": "a"}, {"name": "b"}]}, True),
+        (INPUTS_RULE, {"inputs": [{"name": "a"}, {"name": "b"}, {"name": "a"}]}, False),
     ],
 )
 def test_cel_rule_by_hand(rule: str, spec: dict[str, Any], holds: bool) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 from hypothesis import HealthCheck, given, settings
 
 from cpn.api.policy import parse_policy
 from cpn.core.cycle import plan_cycle
-from cpn.core.model import CyclePlan, Estimate, Snapshot, frozen_map
+from cpn.core.model import Cached, CyclePlan, DataInput, Estimate, Snapshot, frozen_map
 from cpn.decisions import EVENT, DecisionLog, decode, encode, open_log, read_log
 from tests.builders import cluster, job, nodes, running, snapshot
 from tests.core.test_properties import snapshots
@@ -32,6 +33,7 @@ def rich_snapshot() -> Snapshot:
         features={"batch": 64.0, "layers": 50.0},
         data_cluster="east",
         data_gb=12.5,
+        inputs=(DataInput(name="imagenet", version="v2", size_gb=150.0, location="west"),),
         user_estimate_s=None,
         queue="research",
         group="vision",
@@ -58,6 +60,9 @@ def rich_snapshot() -> Snapshot:
         ],
         running_jobs=[running(busy, "east", "A100-80GB", ("east-1",), start_s=1.5, end_s=7.25)],
         bandwidth_gbps=frozen_map({"east": frozen_map({"west": 10.0})}),  # type: ignore[dict-item]
+        data_cache=MappingProxyType(
+            {"east": MappingProxyType({"bert": Cached(size_gb=0.4, last_used_s=2.0, ready_s=1.0)})}
+        ),
     )
 
 

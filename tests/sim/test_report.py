@@ -65,6 +65,7 @@ def test_metric_keys_are_the_contract(result):
         "unfinished",
         "preemptions",
         "lost_gpu_h",
+        "moved_gb",
         "cycles",
         "skipped_cycles",
         "plan_wall_s",

@@ -28,7 +28,7 @@ from cpn.api import constants as k
 from cpn.api.fields import FieldReader, describe_value, join, short_repr
 from cpn.api.quantity import parse_quantity
 from cpn.core.errors import FieldError, InvalidSpec
-from cpn.core.model import Job, frozen_map
+from cpn.core.model import DataInput, Job, frozen_map
 from predictor.catalog import UnknownName, expand_gpu_types
 
 _GIB = float(1 << 30)
@@ -53,6 +53,9 @@ MAX_FEATURES = 32
 MAX_GPU_TYPES = 32
 MAX_DATA_GB = 1e6
 MAX_IMAGE_GB = 1e4
+MAX_INPUTS = 32
+MAX_INPUT_BYTES = 10**15
+_BYTES_PER_GB = 1e9
 MAX_ANNOTATION_BYTES = 16 * 1024
 #: What a member's API server takes: all annotations of an object together (keys and
 #: values, in bytes: Kubernetes' TotalAnnotationSizeLimitB), and one request's body (etcd
@@ -74,12 +77,14 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
         "runtimeEstimateSeconds",
         "resources",
         "model",
+        "inputs",
         "data",
         "image",
         "template",
     ),
     "spec.resources": ("gpus", "gpuShare", "gpuMemoryGiB", "cpu", "memory", "gpuTypes"),
     "spec.model": ("name", "datasetSamples", "epochs", "batchSize", "steps", "features"),
+    "spec.inputs[]": ("name", "version", "uri", "sizeBytes", "location"),
     "spec.data": ("cluster", "sizeGB"),
     "spec.image": ("sizeGB",),
 }
@@ -87,8 +92,28 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = {
 # Names a person types: printable ASCII only, so no homoglyph, zero-width or bidi control
 # can make two different names look the same (or one name look like another).
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+:-]*")
+_PLAIN_TEXT = re.compile(r"[!-~]+")  # printable ASCII, no spaces
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
 _KEY = re.compile(r"[A-Za-z0-9_-]+")
+# An input's string fields: what each may hold (the CRD's patterns) and how to say it.
+_INPUT_NAME = (
+    re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?"),
+    "lower-case letters, digits, '-' and '.', a letter or digit at each end",
+)
+_INPUT_FORMS = {
+    "name": (63, *_INPUT_NAME),
+    "version": (
+        128,
+        re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]*"),
+        "letters, digits and . _ + : - (a version or a digest such as sha256:...)",
+    ),
+    "uri": (
+        2048,
+        re.compile(r"[a-z][a-z0-9+.-]*://[!-~]+"),
+        "a URI with its scheme (s3://bucket/path, pvc://volume/path)",
+    ),
+    "location": (253, *_INPUT_NAME),
+}
 # Label and annotation keys ([prefix/]name) and label values, as Kubernetes checks them.
 _QUALIFIED_NAME = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
@@ -269,6 +294,55 @@ def _features(reader: _Reader, model: Mapping[str, Any]) -> dict[str, float]:
             continue
         features[name] = reader.number(value, path, -MAX_FEATURE, MAX_FEATURE, 0.0)
     return features
+
+
+def _inputs(reader: _Reader, value: Any) -> tuple[DataInput, ...]:
+    """``spec.inputs``: each input's fields checked, names unique."""
+    path = "spec.inputs"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        reader.error(path, f"expected a list of inputs, got {describe_value(value)}")
+        return ()
+    if len(value) > MAX_INPUTS:
+        reader.error(path, f"at most {MAX_INPUTS} inputs, got {len(value)}")
+        return ()
+    found: list[DataInput] = []
+    first: dict[str, int] = {}
+    for index, item in enumerate(value):
+        where = f"{path}[{index}]"
+        fields = reader.mapping(item, where, KNOWN_KEYS["spec.inputs[]"])
+        if not isinstance(item, Mapping):
+            continue
+        for required in ("name", "uri"):
+            if required not in fields:
+                reader.error(f"{where}.{required}", "is required")
+        text = {key: _input_text(reader, fields, where, key) for key in _INPUT_FORMS}
+        name = text["name"]
+        if name and name in first:
+            reader.error(f"{where}.name", f"{name!r} is also {path}[{first[name]}].name")
+        first.setdefault(name, index)
+        size = reader.integer(fields.get("sizeBytes"), f"{where}.sizeBytes", 0, MAX_INPUT_BYTES, 0)
+        found.append(
+            DataInput(
+                name=name,
+                version=text["version"],
+                size_gb=size / _BYTES_PER_GB,
+                location=text["location"] or None,
+            )
+        )
+    return tuple(found)
+
+
+def _input_text(reader: _Reader, fields: Mapping[str, Any], where: str, key: str) -> str:
+    """The string field ``key`` of an input: plain ASCII (the reader's check), then its form."""
+    path = f"{where}.{key}"
+    max_len, form, what = _INPUT_FORMS[key]
+    text = reader.string(fields.get(key), path, max_len, _PLAIN_TEXT)
+    if text and not form.fullmatch(text):
+        reader.error(path, f"{short_repr(text)}: expected {what}")
+        return ""
+    return text
 
 
 def _template(reader: _Reader, template: Any) -> None:
@@ -475,6 +549,7 @@ def parse_aijob(body: Mapping[str, Any], *, user: str, group: str) -> Job:
         data_cluster=data_cluster or None,
         data_gb=data_gb,
         image_gb=reader.number(image.get("sizeGB"), "spec.image.sizeGB", 0.0, MAX_IMAGE_GB, 0.0),
+        inputs=_inputs(reader, spec.get("inputs")),
         user_estimate_s=estimate or None,
         attempts=reader.integer(status.get("attempts"), "status.attempts", 0, 1_000_000, 0),
         not_before_s=reader.time(status.get("notBefore"), "status.notBefore") or 0.0,

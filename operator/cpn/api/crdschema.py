@@ -1,7 +1,7 @@
 """The CRDs' structural schemas and CEL rules, checked as the hub's API server checks them.
 
 :func:`load_crds` reads the CRD files (``crds/``); :class:`SchemaChecker` walks an object
-against a version's ``openAPIV3Schema`` (required fields, types, bounds, enums, lengths,
+against a version's ``openAPIV3Schema`` (required fields, types, bounds, enums, lengths, patterns,
 unknown fields as ``kubectl apply``'s strict field validation refuses them) and then its
 CEL rules, which are implemented here by hand (:data:`CEL_RULES`; a rule without a hand
 implementation is collected in ``unchecked_rules``, and a test keeps the two in step).
@@ -53,6 +53,11 @@ def _cel_data_size_needs_cluster(spec: Mapping[str, Any]) -> bool:
     )
 
 
+def _cel_input_names_unique(spec: Mapping[str, Any]) -> bool:
+    names = [item.get("name") for item in spec.get("inputs") or () if isinstance(item, Mapping)]
+    return len(names) == len(set(names))
+
+
 def _cel_interval_needs_checkpoint(spec: Mapping[str, Any]) -> bool:
     return "checkpointIntervalSeconds" not in spec or spec.get("checkpoint") is True
 
@@ -63,12 +68,16 @@ _RULE_SHARE = (
 _RULE_DATA = (
     "!has(self.data) || !has(self.data.sizeGB) || self.data.sizeGB == 0.0 || has(self.data.cluster)"
 )
+_RULE_INPUTS = (
+    "!has(self.inputs) || self.inputs.all(x, self.inputs.exists_one(y, y.name == x.name))"
+)
 #: The CRDs' CEL rules (``x-kubernetes-validations``), written by hand in Python, keyed by the
 #: rule's exact text: ``self`` is the object at the rule's schema node, already schema-valid.
 CEL_RULES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {
     _RULE_SHARE: _cel_share_needs_one_gpu,
     _RULE_DATA: _cel_data_size_needs_cluster,
     "!has(self.checkpointIntervalSeconds) || self.checkpoint": _cel_interval_needs_checkpoint,
+    _RULE_INPUTS: _cel_input_names_unique,
     # GPUBenchmark's spec is immutable: a transition rule, which the API server checks only
     # on an update (against the old object), so a manifest checked alone always passes it
     "self == oldSelf": lambda _: True,
@@ -244,6 +253,9 @@ class SchemaChecker:
         least = schema.get("minLength")
         if least is not None and len(value) < least:
             self.error(path, f"must be at least {least} characters long")
+        pattern = schema.get("pattern")
+        if pattern is not None and not re.search(pattern, value):
+            self.error(path, f"{short(value)} does not match {pattern}")
 
     def _array(self, value: list[Json], schema: Schema, path: str) -> None:
         limit = schema.get("maxItems")

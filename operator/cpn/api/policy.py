@@ -40,6 +40,7 @@ from cpn.core.policy import (
     BENCHMARK_MODELS,
     Aging,
     Benchmarks,
+    DataPolicy,
     GroupQuota,
     Level,
     Limit,
@@ -63,6 +64,7 @@ MAX_DURATION_S = 366 * 86400.0  # a year
 MAX_WEIGHT = 1e6
 MAX_LEVEL = 1e9  # user/group levels and job priorities
 MAX_LEVELS = 64
+MAX_CACHE_GB = 1e9  # an exabyte of cache on one member is a typo
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -88,6 +90,7 @@ _TOP_SECTIONS = (
     "benchmarks",
     "namespaces",
     "domains",
+    "data",
 )
 _LEVEL: Mapping[str, Parser] = {
     "name": name_text,
@@ -171,6 +174,11 @@ _BENCHMARKS: Mapping[str, Parser] = {
     "budget_s": number(1.0, 86400.0),
     "image": _image,
 }
+_DATA: Mapping[str, Parser] = {
+    "locality": boolean,
+    "default_cache_gb": number(0.0, MAX_CACHE_GB, nullable=True),
+}
+_DATA_KEYS = (*_DATA, "cache_gb")
 _QUOTAS = ("groups", "lending", "max_priority")
 _MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
@@ -194,6 +202,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "benchmarks": tuple(_BENCHMARKS),
         "namespaces.<namespace>": _NAMESPACE,
         "domains.<domain>": DOMAIN_KEYS,
+        "data": _DATA_KEYS,
     }
 )
 
@@ -205,6 +214,15 @@ def _is_catch_all(level: Level) -> bool:
     rules = (level.groups, level.users, level.queues)
     bounds = (level.min_priority, level.max_gpus, level.min_gpus)
     return not any(rules) and all(bound is None for bound in bounds)
+
+
+def _data(reader: PolicyReader, value: Any) -> DataPolicy:
+    section = reader.mapping(value, "data", _DATA_KEYS)
+    fields = reader.fields(section, "data", _DATA)
+    sizes = reader.table(
+        section.get("cache_gb"), "data.cache_gb", "cluster", number(0.0, MAX_CACHE_GB)
+    )
+    return DataPolicy(cache_gb=MappingProxyType(sizes), **fields)
 
 
 def _levels(reader: PolicyReader, value: Any) -> tuple[Level, ...]:
@@ -383,6 +401,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         benchmarks=Benchmarks(**reader.section(top.get("benchmarks"), "benchmarks", _BENCHMARKS)),
         namespaces=_namespaces(reader, top.get("namespaces")),
         domains=read_domains(reader, top.get("domains")),
+        data=_data(reader, top.get("data")),
         **fields,
     )
     _check_placement(reader, policy.placement)

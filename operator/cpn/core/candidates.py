@@ -33,8 +33,10 @@ def candidates(job: Job, capacity: Capacity, snapshot: Snapshot) -> list[Candida
     groups = capacity.groups_for(job_domain(snapshot.policy, job))
     policy = snapshot.policy.placement
     transfer_weight, runtime_weight = policy.transfer_weight, policy.runtime_weight
+    if not snapshot.policy.data.locality:
+        transfer_weight = 0.0  # locality-blind: where data is does not decide where jobs go
     new = tuple.__new__  # Candidate(...) without its __new__'s Python frame
-    if not job.data_cluster or job.data_gb + job.image_gb <= 0:
+    if not job.inputs and (not job.data_cluster or job.data_gb + job.image_gb <= 0):
         # No data to move (most jobs): every cluster is 0.0 away (see transfer_s), so a
         # candidate's parts depend on its GPU type alone.
         parts: dict[str, tuple[float, float, float]] = {}

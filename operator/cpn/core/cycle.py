@@ -62,6 +62,7 @@ from cpn.core.queue import (
 )
 from cpn.core.quota import QuotaLedger
 from cpn.core.reservations import Reservations, held_nodes
+from cpn.core.transfer import staging
 
 #: Waiting for a faster GPU type must save at least this share of completion time.
 DEFER_MARGIN = 0.1
@@ -97,6 +98,8 @@ class _Cycle:
         self.milp_held: set[str] = set()
         self.cands: dict[str, list[Candidate]] = {}
         self.walked: set[str] = set()  # jobs whose hold is written
+        # Inputs this cycle's starts move, by (cluster, ident): seconds until complete.
+        self.arriving: dict[tuple[str, str], float] = {}
         # Jobs held while a reservation could hold room they fit, in rank order.
         self.kept_out: list[tuple[Ranked, list[Candidate]]] = []
         # The memo is a partial over plain data, not a bound method: Reservations keeps it, and
@@ -167,7 +170,8 @@ class _Cycle:
         return None
 
     def _start(self, item: Ranked, cand: Candidate, nodes: tuple[str, ...]) -> Start:
-        until = self.now + cand.transfer_s + cand.runtime_s
+        transfer, moves = self._staging(item.job, cand)
+        until = self.now + transfer + cand.runtime_s
         self.capacity.take(item.job, cand.key, nodes, until_s=until)
         self.quota.take(item.job, cand.key[1])
         self.reservations.after_start(item.job, cand, nodes, self.walked)
@@ -177,12 +181,27 @@ class _Cycle:
             gpu_type=cand.key[1],
             nodes=nodes,
             predicted_runtime_s=cand.runtime_s,
-            transfer_s=cand.transfer_s,
+            transfer_s=transfer,
             score=item.score,
             alone=self.capacity.alone(item.job),
+            staged=moves,
         )
         self.starts.append(start)
         return start
+
+    def _staging(self, job: Job, cand: Candidate) -> tuple[float, tuple[str, ...]]:
+        """The start's transfer and the inputs it moves, sharing this cycle's stagings: an
+        input an earlier start moves to the same cluster is not moved again (the job's data
+        is ready when that staging is)."""
+        if not job.inputs:
+            return cand.transfer_s, ()
+        cluster = cand.key[0]
+        found = staging(job, cluster, self.snapshot, self.arriving)
+        if found is None:  # not for a candidate: its data reached this cluster without them
+            return cand.transfer_s, ()
+        for ident in found.moves:
+            self.arriving[(cluster, ident)] = found.seconds
+        return found.seconds, found.moves
 
     def _defer_for_faster(self, item: Ranked, cands: list[Candidate]) -> Candidate | None:
         """A candidate worth waiting for: it completes sooner than any that fits now."""

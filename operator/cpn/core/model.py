@@ -70,6 +70,37 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DataInput:
+    """A dataset or model a job reads. ``name`` and ``version`` identify it in a cluster's
+    data cache (:attr:`ident`); ``location`` is the member cluster holding it now (None:
+    unknown, so cpn moves nothing for it); ``size_gb`` 0 when unknown."""
+
+    name: str
+    version: str = ""
+    size_gb: float = 0.0
+    location: str | None = None
+
+    @property
+    def ident(self) -> str:
+        """``name@version``, or the name alone: the key of the input in a data cache."""
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cached:
+    """One input held on a member cluster: complete from ``ready_s`` (later while it is
+    still being staged), last read by a job started at ``last_used_s``."""
+
+    size_gb: float
+    last_used_s: float
+    ready_s: float = 0.0
+
+
+#: A cluster's data cache: input ident -> what is held.
+ClusterCache = Mapping[str, Cached]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A pending or running AI training job, as the core sees it.
 
@@ -96,6 +127,7 @@ class Job:
     data_cluster: str | None = None
     data_gb: float = 0.0
     image_gb: float = 0.0
+    inputs: tuple[DataInput, ...] = ()  # named datasets and models (spec.inputs)
     user_estimate_s: float | None = None
     estimate: Estimate = field(default_factory=Estimate)
     attained_gpu_s: float = 0.0  # service received by earlier attempts (LAS)
@@ -185,6 +217,8 @@ class Snapshot:
     bandwidth_gbps: Mapping[str, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # cluster -> its data cache (cpn.core.datacache); a cluster absent holds nothing
+    data_cache: Mapping[str, ClusterCache] = field(default_factory=lambda: MappingProxyType({}))
 
     def link_gbps(self, src: str, dst: str) -> float | None:
         """Bandwidth between two clusters (symmetric); None when no link."""
@@ -212,6 +246,9 @@ class Start:
     transfer_s: float = 0.0
     score: float = 0.0
     alone: bool = False
+    # idents of the inputs this start moves to ``cluster`` (not there, not being staged);
+    # out of the repr, which pins plans (tests/core/plan_digests.json) of jobs without any
+    staged: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -221,6 +221,23 @@ class Domain:
     default: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataPolicy:
+    """The data jobs read (:mod:`cpn.core.transfer`, :mod:`cpn.core.datacache`).
+
+    With ``locality`` (the default) placement counts the time to move a job's data to
+    each cluster, knowing what each cluster's cache holds; without it placement is
+    locality-blind (the transfer still counts in when the job will end, not in where it
+    goes): the baseline the simulator measures locality against. ``cache_gb`` is what
+    each member's cache may hold (GB), ``default_cache_gb`` that of a member not listed
+    (None = unlimited); beyond it the least recently used inputs no job reads are evicted.
+    """
+
+    locality: bool = True
+    cache_gb: Mapping[str, float] = field(default_factory=_empty)
+    default_cache_gb: float | None = None
+
+
 #: the models the benchmark workload measures (workloads/: ``python -m cpn_workloads bench``)
 BENCHMARK_MODELS = ("resnet50", "yolov8m", "llama3", "bert-large")
 
@@ -260,6 +277,7 @@ class QueuePolicy:
     preemption: Preemption = field(default_factory=Preemption)
     retry: Retry = field(default_factory=Retry)
     benchmarks: Benchmarks = field(default_factory=Benchmarks)
+    data: DataPolicy = field(default_factory=DataPolicy)
     namespaces: Mapping[str, tuple[str, str]] = field(  # ns -> (user, group)
         default_factory=lambda: MappingProxyType({})
     )

@@ -6,10 +6,13 @@
                  [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
                  [--eta [--eta-max-cycles N] [--eta-every N]]
+                 [--locality aware|blind|both] [--cache-gb GB]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
                  [--data-clusters a,b] --out FILE.csv
+    cpn simulate datasets --trace T.csv --clusters C.yaml --out FILE.csv [--seed N]
+                 [--per-group K] [--median-gb G] [--sigma S] [--zipf S]
     cpn simulate philly [--suites S] [--traces T] [--checkpointable 0,0.5,1] [--out DIR]
                  [--json]   (the README's comparison tables; exit 1 when a check fails)
 
@@ -21,6 +24,11 @@ writes the same plus ``report.md`` (what ran, the table, the plots, the command)
 projection per arrival instant) and adds its accuracy (``eta`` in each policy's
 metrics, a table and a histogram in the report), raw and calibrated from
 experience (:mod:`cpn.core.eta_calibration`, the operator's calibration).
+``--locality both`` runs each policy twice, placing by where data is (``NAME-aware``)
+and blind to it (``NAME-blind``, the policy's ``data.locality: false``); the table's
+``moved GB`` is the data and images moved between clusters. ``--cache-gb`` bounds every
+member's data cache (``data.default_cache_gb``). ``datasets`` writes a data-sharing
+trace: one dataset per job, by the law of :mod:`cpn.sim.datatrace`.
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -31,10 +39,15 @@ import json
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpn.core.errors import CpnError
+from cpn.core.policy import QueuePolicy
+
+if TYPE_CHECKING:
+    from cpn.sim.trace import TraceJob
 from cpn.sim.estimators import ESTIMATORS
 
 
@@ -99,9 +112,36 @@ def _main_parser() -> argparse.ArgumentParser:
         help="hide each job's model and declared work from the scheduler (submit time, "
         "GPUs, user and group remain), as on most real clusters",
     )
+    p.add_argument(
+        "--locality",
+        choices=("aware", "blind", "both"),
+        default=None,
+        help="place by where data is, blind to it, or both in one run (default: the policy's)",
+    )
+    p.add_argument(
+        "--cache-gb", type=float, default=None, help="every member's data cache (GB; unlimited)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def _with_data(
+    policies: list[tuple[str, QueuePolicy]], locality: str | None, cache_gb: float | None
+) -> list[tuple[str, QueuePolicy]]:
+    """``policies`` under ``--cache-gb``, and once per ``--locality`` setting."""
+    out = []
+    for name, policy in policies:
+        data = policy.data if cache_gb is None else replace(policy.data, default_cache_gb=cache_gb)
+        if locality is None:
+            out.append((name, replace(policy, data=data)))
+            continue
+        for aware in (True, False):
+            mode = "aware" if aware else "blind"
+            if locality in (mode, "both"):
+                label = f"{name}-{mode}" if locality == "both" else name
+                out.append((label, replace(policy, data=replace(data, locality=aware))))
+    return out
 
 
 def _share(text: str) -> float:
@@ -134,7 +174,9 @@ def _simulate(argv: Sequence[str]) -> int:
         specs = [s.strip() for s in args.policy.split(",") if s.strip()]
         if not specs:
             raise CpnError("--policy names no policy")
-        policies = [resolve_policy(s) for s in specs]
+        if args.cache_gb is not None and not args.cache_gb >= 0:
+            raise CpnError("--cache-gb must be at least 0")
+        policies = _with_data([resolve_policy(s) for s in specs], args.locality, args.cache_gb)
     except (CpnError, KeyError, OSError) as exc:
         print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
         return 2
@@ -274,8 +316,9 @@ def _generate(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     from cpn.sim import trace
 
-    try:
-        jobs = trace.generate(
+    return _write_trace(
+        "generate",
+        lambda: trace.generate(
             jobs=args.jobs,
             seed=args.seed,
             arrival_rate_per_h=args.rate_per_h,
@@ -283,12 +326,54 @@ def _generate(argv: Sequence[str]) -> int:
             users=args.users,
             groups=args.groups,
             data_clusters=[c for c in args.data_clusters.split(",") if c],
+        ),
+        args.out,
+    )
+
+
+def _datasets(argv: Sequence[str]) -> int:
+    from cpn.sim import datatrace as law
+
+    p = argparse.ArgumentParser(
+        prog="cpn simulate datasets",
+        description="Give each job of a trace one dataset of its group (cpn.sim.datatrace's law).",
+    )
+    p.add_argument("--trace", required=True, help="trace CSV to read")
+    p.add_argument("--clusters", required=True, help="cluster YAML: the datasets' homes")
+    p.add_argument("--out", required=True, help="trace CSV to write")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-group", type=int, default=law.PER_GROUP, help="datasets per group")
+    p.add_argument("--median-gb", type=float, default=law.MEDIAN_GB, help="median size (GB)")
+    p.add_argument("--sigma", type=float, default=law.SIGMA, help="log-normal sigma of sizes")
+    p.add_argument("--zipf", type=float, default=law.ZIPF_S, help="Zipf exponent of popularity")
+    args = p.parse_args(list(argv))
+    from cpn.sim.clusters import read_clusters
+    from cpn.sim.trace import read_trace
+
+    def make() -> list[TraceJob]:
+        return law.with_datasets(
+            read_trace(args.trace),
+            [c.name for c in read_clusters(args.clusters).clusters],
+            seed=args.seed,
+            per_group=args.per_group,
+            median_gb=args.median_gb,
+            sigma=args.sigma,
+            zipf_s=args.zipf,
         )
-        count = trace.write_trace(jobs, args.out)
+
+    return _write_trace("datasets", make, args.out)
+
+
+def _write_trace(command: str, make: Callable[[], Sequence[TraceJob]], out: str) -> int:
+    """Write the trace ``make`` makes to ``out``; 2 with one line when it cannot."""
+    from cpn.sim.trace import write_trace
+
+    try:
+        count = write_trace(make(), out)
     except (CpnError, OSError, ValueError) as exc:
-        print(f"cpn simulate generate: {_message(exc)}", file=sys.stderr)
+        print(f"cpn simulate {command}: {_message(exc)}", file=sys.stderr)
         return 2
-    print(f"{count} jobs -> {args.out}")
+    print(f"{count} jobs -> {out}")
     return 0
 
 
@@ -298,6 +383,8 @@ def main(argv: list[str]) -> int:
         return _convert(argv[1:])
     if argv and argv[0] == "generate":
         return _generate(argv[1:])
+    if argv and argv[0] == "datasets":
+        return _datasets(argv[1:])
     if argv and argv[0] == "philly":
         from cpn.sim.compare import main as philly
 

@@ -78,6 +78,7 @@ def scheduler_job(
         data_cluster=trace.data_cluster,
         data_gb=trace.data_gb or 0.0,
         image_gb=trace.image_gb or 0.0,
+        inputs=trace.inputs,
         user_estimate_s=None if unlabelled else trace.user_estimate_s,
         checkpoint=checkpoint,
     )

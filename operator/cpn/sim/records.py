@@ -27,6 +27,7 @@ class JobRecord:
     gpu_type: str = ""
     runtime_s: float = 0.0  # true runtime on the GPU type it finished on
     estimate_s: float | None = None  # predicted runtime on that GPU type at its last start
+    moved_gb: float = 0.0  # data and image its starts moved to their clusters
     # First ETA (``World(eta=True)``): the projection made right after the job arrived.
     eta_at_s: float | None = None  # when it was projected (None: never projected)
     eta_start_s: float | None = None  # projected start (None: not reached within the bound)
@@ -66,6 +67,7 @@ class SimResult:
     plan_wall_s: float
     preemptions: int
     skipped_cycles: int = 0  # cycles skipped because no start was possible
+    moved_gb: float = 0.0  # data and image moved between clusters, all starts
     eta_calls: int = 0  # projections made (``World(eta=True)``)
     eta_wall_s: float = 0.0  # time spent in them
     eta_max_cycles: int = 0  # the bound each projection ran under (0: ETAs off)

@@ -5,8 +5,8 @@ infeasible ones), ``finished``, ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``,
 ``avg_wait_s``, ``p99_wait_s``, ``max_wait_s``, ``makespan_s``,
 ``gpu_utilization``, ``wall_s``; extras: ``trace_jobs``, ``infeasible``,
 ``unfinished``, ``preemptions``, ``lost_gpu_h`` (GPU-hours preemptions threw away:
-restart overhead plus work since the last checkpoint), ``cycles``, ``skipped_cycles``,
-``plan_wall_s``, ``estimator``.
+restart overhead plus work since the last checkpoint), ``moved_gb`` (data and images
+moved between clusters), ``cycles``, ``skipped_cycles``, ``plan_wall_s``, ``estimator``.
 
 Definitions: JCT = finish - submit; wait = JCT minus the time the job held GPUs
 (for a job never preempted: first start - submit); makespan = last finish -
@@ -80,6 +80,7 @@ def metrics(result: SimResult) -> dict[str, Any]:
         "infeasible": len(result.records) - len(admitted),
         "unfinished": len(admitted) - len(done),
         "preemptions": result.preemptions,
+        "moved_gb": round(result.moved_gb, 1),
         "lost_gpu_h": round(sum(r.lost_gpu_s for r in result.records) / 3600, 2),
         "cycles": result.cycles,
         "skipped_cycles": result.skipped_cycles,
@@ -316,6 +317,7 @@ _COLUMNS = (
     ("max wait h", "max_wait_s"),
     ("makespan h", "makespan_s"),
     ("GPU util", "gpu_utilization"),
+    ("moved GB", "moved_gb"),
     ("infeasible", "infeasible"),
     ("wall s", "wall_s"),
 )

@@ -9,7 +9,10 @@ cluster file's ``reference_gpu``), ``user``, ``group``, ``priority``, ``model``,
 ``data_cluster``, ``data_gb``, ``user_estimate_s``. cpn also reads three
 optional extension columns: ``steps`` (training steps, known at submission),
 ``image_gb`` (container image size) and ``checkpoint`` (true/false: the job
-resumes from a checkpoint after a preemption). Other columns are ignored.
+resumes from a checkpoint after a preemption), and the named inputs it reads (cached
+per cluster, :mod:`cpn.core.datacache`) in three columns of ``;``-separated lists of
+one length: ``datasets`` (``name`` or ``name@version``), ``dataset_gb`` (sizes, blank
+= unknown) and ``dataset_cluster`` (where each is). Other columns are ignored.
 
 Every error names the file and the data row (1-based; the header is line 1, so
 row N is line N+1).
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpn.core.errors import FieldError, InvalidSpec
+from cpn.core.model import DataInput
 from cpn.sim import speed
 
 REQUIRED = ("job_id", "submit_time_s", "gpus", "duration_s")
@@ -45,7 +49,7 @@ OPTIONAL = (
     "data_gb",
     "user_estimate_s",
 )
-EXTENSIONS = ("steps", "image_gb", "checkpoint")
+EXTENSIONS = ("steps", "image_gb", "checkpoint", "datasets", "dataset_gb", "dataset_cluster")
 COLUMNS = REQUIRED + OPTIONAL + EXTENSIONS
 
 
@@ -78,6 +82,7 @@ class TraceJob:
     image_gb: float | None = None
     user_estimate_s: float | None = None
     checkpoint: bool | None = None
+    inputs: tuple[DataInput, ...] = ()
 
     def row(self) -> dict[str, str]:
         """The job as a CSV row (blank for unknown values)."""
@@ -113,6 +118,9 @@ class TraceJob:
             "steps": fmt(self.steps),
             "image_gb": fmt(self.image_gb),
             "checkpoint": fmt(self.checkpoint),
+            "datasets": ";".join(i.ident for i in self.inputs),
+            "dataset_gb": ";".join(fmt(i.size_gb) for i in self.inputs),
+            "dataset_cluster": ";".join(i.location or "" for i in self.inputs),
         }
 
 
@@ -165,6 +173,33 @@ class _Row:
         if value is None and not self.text(column):
             self.errors.append(FieldError(column, "required, but blank"))
         return 0.0 if value is None else value
+
+    def inputs(self) -> tuple[DataInput, ...]:
+        """The ``datasets``, ``dataset_gb`` and ``dataset_cluster`` lists, zipped."""
+        names = (
+            [n.strip() for n in self.text("datasets").split(";")] if self.text("datasets") else []
+        )
+        sizes = [t.strip() for t in self.text("dataset_gb").split(";")]
+        where = [t.strip() for t in self.text("dataset_cluster").split(";")]
+        for column, values in (("dataset_gb", sizes), ("dataset_cluster", where)):
+            if values != [""] and len(values) != len(names):
+                message = f"{len(values)} values for {len(names)} datasets"
+                self.errors.append(FieldError(column, message))
+                return ()
+        found = []
+        for index, ident in enumerate(names):
+            name, _, version = ident.partition("@")
+            size = _Row({"size": sizes[index] if index < len(sizes) else ""})
+            gb = size.number("size", minimum=0.0)
+            if not name or size.errors:
+                why = size.errors[0].message if size.errors else f"no name in {ident!r}"
+                self.errors.append(FieldError("datasets" if not name else "dataset_gb", why))
+                continue
+            location = where[index] if index < len(where) else ""
+            found.append(
+                DataInput(name=name, version=version, size_gb=gb or 0.0, location=location or None)
+            )
+        return tuple(found)
 
     def boolean(self, column: str) -> bool | None:
         raw = self.text(column).lower()
@@ -240,6 +275,7 @@ def parse_row(values: Mapping[str, str | None], *, where: str) -> TraceJob:
         image_gb=row.number("image_gb", minimum=0.0),
         user_estimate_s=row.number("user_estimate_s", positive=True),
         checkpoint=row.boolean("checkpoint"),
+        inputs=row.inputs(),
     )
     if row.errors:
         raise InvalidSpec(row.errors, where=where)

@@ -30,6 +30,7 @@ from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
+from cpn.sim.caches import Caches
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.fleet import Fleet
 from cpn.sim.jobs import scheduler_job, truth_for
@@ -185,6 +186,7 @@ class World:
         self.truth = truth or truth_for(trace, clusters.reference_gpu)
 
         self._fleet = Fleet(clusters.in_domains(policy.domains), policy)
+        self._caches = Caches(policy)
 
         self._trace = sorted(trace, key=lambda j: j.submit_s)
         self._check_trace()
@@ -232,11 +234,14 @@ class World:
     def _check_trace(self) -> None:
         names = set(self._fleet.names)
         for job in self._trace:
-            if job.data_cluster is not None and job.data_cluster not in names:
-                raise InvalidSpec(
-                    [FieldError("data_cluster", f"unknown cluster {job.data_cluster!r}")],
-                    where=f"job {job.job_id}",
-                )
+            places = [("data_cluster", job.data_cluster)]
+            places += [("dataset_cluster", i.location) for i in job.inputs]
+            for column, place in places:
+                if place is not None and place not in names:
+                    raise InvalidSpec(
+                        [FieldError(column, f"unknown cluster {place!r}")],
+                        where=f"job {job.job_id}",
+                    )
 
     # ------------------------------------------------------------------ events
 
@@ -287,6 +292,7 @@ class World:
             plan_wall_s=self._plan_wall_s,
             preemptions=self._preemptions,
             skipped_cycles=self._skipped,
+            moved_gb=self._caches.moved_gb,
             eta_calls=self._eta_calls,
             eta_wall_s=self._eta_wall_s,
             eta_max_cycles=self.eta_max_cycles if self.eta else 0,
@@ -398,6 +404,7 @@ class World:
             running=tuple(self._running.values()),
             clusters=self._fleet.clusters(),
             bandwidth_gbps=self.clusters.bandwidth_gbps,
+            data_cache=self._caches.view(),
         )
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
@@ -486,6 +493,8 @@ class World:
         transfer_s = self.transfer(job, cluster, snapshot)
         if transfer_s is None:
             raise InvalidPlan(f"job {key!r}: its data cannot reach cluster {cluster!r}")
+        if job.inputs:  # with what the caches hold and this cycle's shared stagings
+            transfer_s = start.transfer_s
 
         state = self._states[key]
         record = state.record
@@ -516,6 +525,7 @@ class World:
             del self._needs[need]
         self._running[key] = running
         self._busy_gpus += job.gpus
+        record.moved_gb += self._caches.started(job, start, now, self._running.values())
         if record.first_start_s is None:
             record.first_start_s = now
             self.calibrator.started(key, now)
@@ -531,6 +541,7 @@ class World:
         job = state.job
         self._fleet.release(job, running.cluster, running.nodes)
         del self._running[job.key]
+        self._caches.ended(running.cluster, self._running.values())
         self._busy_gpus -= job.gpus
         held = self.now_s - running.start_s
         state.record.run_s += held
