@@ -248,7 +248,7 @@ def test_suffixless_kustomizations_keep_plain_directories_plain() -> None:
 
 
 def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
-    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and the three CRDs."""
+    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and the four CRDs."""
     kinds = sorted(o["kind"] for o in base)
     for kind in (
         "Namespace",
@@ -267,6 +267,7 @@ def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
         f"{k.AIJOB_PLURAL}.{k.GROUP}",
         f"{k.MEMBER_PLURAL}.{k.GROUP}",
         f"{k.BENCHMARK_PLURAL}.{k.GROUP}",
+        f"groupquotas.{k.GROUP}",
     }
 
 
