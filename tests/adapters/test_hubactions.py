@@ -1,5 +1,6 @@
-"""``cpn cancel|suspend|resume|rerun`` show the API server's own refusal, and say what is wrong
-in one line when there is no hub to ask (the calls themselves: tests/e2e/test_delegated_quotas.py)."""
+"""``cpn cancel|suspend|resume|rerun`` show the API server's own refusal, and say what is
+wrong in one line when there is no hub to ask (the calls themselves are tested on the bed:
+tests/e2e/test_delegated_quotas.py)."""
 
 from __future__ import annotations
 
