@@ -122,11 +122,16 @@ def test_group_admin_divides_the_groups_quota_within_its_bound(
     hub: Hub, teams: tuple[str, str, str]
 ) -> None:
     vision, _, unbound = teams
-    # within the bound (4): accepted; above it: refused at once, naming field and figures
-    done = as_user(
-        hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"gpus": 1})
-    )
-    assert done.returncode == 0, done.stderr
+    # created, then raised within the bound (4): accepted; above it: refused at once, naming
+    # the field and both figures
+    for gpus in (0, 1):
+        done = as_user(
+            hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"gpus": gpus})
+        )
+        assert done.returncode == 0, done.stderr
+    assert '"gpus":1' in hub.kubectl(
+        "-n", vision, "get", "gq", "split", "-o", "json"
+    ).stdout.replace(" ", "")
     done = as_user(
         hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"gpus": 6})
     )
