@@ -54,14 +54,20 @@ def staging_begun(
 
 def staging_done(record: Record, took_s: float, now_s: float, create: CreateJob) -> Step:
     """Every input it waits for is on its member: Dispatched from now (its start deadline
-    counts from now), its member Job to be created."""
+    counts from now, its transfer done), its member Job to be created."""
     message = (
         f"inputs staged on {record.cluster} in {human_duration(took_s) or '0s'} "
         f"(predicted {human_duration(record.staging_predicted_s) or '0s'}); "
         f"starting on {record.gpu_type}, predicted {human_duration(record.predicted_runtime_s)}"
     )
     new = _out_of_staging(
-        record, k.PHASE_DISPATCHED, "Dispatched", message, staging_actual_s=took_s, dispatch_s=now_s
+        record,
+        k.PHASE_DISPATCHED,
+        "Dispatched",
+        message,
+        staging_actual_s=took_s,
+        dispatch_s=now_s,
+        transfer_s=0.0,  # the transfer is over: its end no longer waits on it
     )
     return Step(new, (Event("Staged", message), create))
 
