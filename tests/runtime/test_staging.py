@@ -179,12 +179,18 @@ def test_a_start_that_moves_an_input_stages_it_then_creates_its_job():
         assert {"Staging", "Staged"} <= set(b.events())
         b.close()  # the pool's calls done
         assert name in b.m1.deleted  # a staging Job that succeeded is removed
+        pulls = [n for n in b.m1.created if n.startswith("cpn-pull-")]
+        assert len(pulls) == 1  # its image pulled onto the node while it staged
+        pull = b.created[pulls[0]]["spec"]["template"]["spec"]
+        assert pull["containers"][0]["image"] == "i"
+        terms = pull["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["n1"]
     finally:
         b.close()
 
 
 def test_two_jobs_needing_one_absent_input_share_one_staging_and_a_third_stages_nothing():
-    b = bed()
+    b = bed(DataPolicy(prepull=False))
     try:
         first, second = b.add("a", ("ds", "m2", GB)), b.add("b", ("ds", "m2", GB))
         b.start(first, staged=("ds@v1",))
@@ -199,6 +205,7 @@ def test_two_jobs_needing_one_absent_input_share_one_staging_and_a_third_stages_
         assert third.member_job in b.m1.created
     finally:
         b.close()
+    assert not [n for n in b.m1.created if n.startswith("cpn-pull-")]  # prepull: false
 
 
 def test_a_failed_staging_is_retried_after_its_back_off_then_fails_the_aijob():

@@ -23,6 +23,8 @@ LABEL_BENCHMARK: Final = "cpn.io/benchmark"
 LABEL_FENCE: Final = "cpn.io/fence"
 #: label of cpn's staging Jobs and pods (runtime/staging.py): which input they copy, hashed
 LABEL_STAGING: Final = "cpn.io/staging"
+#: label of cpn's image pre-pull Jobs (runtime/staging.py): a hash of image and node
+LABEL_PREPULL: Final = "cpn.io/prepull"
 #: annotations of a staging Job and its pod: what it copies, from where, how many bytes,
 #: its attempt and when cpn predicted it to take
 ANNOTATION_STAGING_INPUT: Final = "cpn.io/staging-input"

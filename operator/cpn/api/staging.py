@@ -190,3 +190,65 @@ def read_staging_job(job: Mapping[str, Any]) -> StagingSeen | None:
         started_s=parse_time(status.get("startTime")),
         finished_s=parse_time(status.get("completionTime")),
     )
+
+
+def pull_job_name(image: str, node: str) -> str:
+    """``cpn-pull-<hash of image and node>``: one pre-pull per image and node."""
+    return f"cpn-pull-{staging_label(f'{image}|{node}')}"
+
+
+def render_pull_job(
+    image: str, node: str, *, hub: str, namespace: str, pull_secrets: list[Any] | None = None
+) -> dict[str, Any]:
+    """The batch/v1 Job that pulls ``image`` onto ``node`` while the job's inputs are
+    staged: one pod pinned there running ``true`` from the image. Its result does not
+    matter (an image without ``true`` fails it after the pull, which is all it is for), so
+    cpn never reads it: Kubernetes ends it after 10 minutes at most
+    (``activeDeadlineSeconds``) and removes it 10 minutes after it ends."""
+    labels = {
+        k.LABEL_MANAGED: k.MANAGED_BY,
+        k.LABEL_HUB: hub,
+        k.LABEL_PREPULL: staging_label(f"{image}|{node}"),
+    }
+    node_term = {"key": k.HOSTNAME_LABEL, "operator": "In", "values": [node]}
+    affinity = {"nodeSelectorTerms": [{"matchExpressions": [node_term]}]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}},
+        "containers": [
+            {"name": "pull", "image": image, "command": ["true"], "imagePullPolicy": "IfNotPresent"}
+        ],
+    }
+    if pull_secrets:
+        pod["imagePullSecrets"] = list(pull_secrets)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": pull_job_name(image, node),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"cpn.io/prepull-image": image, "cpn.io/prepull-node": node},
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 600,
+            "ttlSecondsAfterFinished": 600,
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+        },
+    }
+
+
+def images_of(body: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    """The container images of AIJob ``body``'s pod template (each once, in order), and its
+    ``imagePullSecrets``."""
+    spec = ((body.get("spec") or {}).get("template") or {}).get("spec") or {}
+    images: list[str] = []
+    for container in spec.get("containers") or ():
+        image = container.get("image") if isinstance(container, Mapping) else None
+        if isinstance(image, str) and image and image not in images:
+            images.append(image)
+    secrets = spec.get("imagePullSecrets")
+    return images, list(secrets) if isinstance(secrets, list) else []

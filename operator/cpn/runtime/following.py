@@ -89,6 +89,8 @@ class Following:
         if k.LABEL_BENCHMARK in labels:  # a GPUBenchmark's Job (runtime/benchmarks.py)
             self.state.kick()
             return
+        if k.LABEL_PREPULL in labels:  # an image pre-pull Job: nothing to follow
+            return
         if k.LABEL_STAGING in labels:  # a staging Job (runtime/staging.py)
             if self.staging_seen is not None:
                 self.staging_seen(member, event, job)

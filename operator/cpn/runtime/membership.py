@@ -303,8 +303,8 @@ class Membership:
                 labels = (job.get("metadata") or {}).get("labels") or {}
                 if k.LABEL_BENCHMARK in labels:
                     continue  # a GPUBenchmark's Job: it ends by itself and is kept
-                if k.LABEL_STAGING in labels:
-                    continue  # a staging Job: runtime/staging.py removes it when it ends
+                if k.LABEL_STAGING in labels or k.LABEL_PREPULL in labels:
+                    continue  # a staging or pre-pull Job: runtime/staging.py, Kubernetes' TTL
                 record = self.state.store.by_uid(labels.get(k.LABEL_UID, ""))
                 attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
                 why = why_stale(record, member.name, name, attempt)

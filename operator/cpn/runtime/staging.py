@@ -29,7 +29,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpn.api import constants as k
-from cpn.api.staging import StagingOrder, input_uri, read_staging_job, render_staging_job
+from cpn.api.staging import (
+    StagingOrder,
+    images_of,
+    input_uri,
+    read_staging_job,
+    render_pull_job,
+    render_staging_job,
+)
 from cpn.core.datacache import capacity_gb, reads_on
 from cpn.core.model import Cached, ClusterCache, Start
 from cpn.core.staging import Links, seconds
@@ -121,7 +128,7 @@ class Staging:
                 )
                 order = StagingOrder(
                     cluster=start.cluster,
-                    node=start.nodes[0] if start.nodes else "",
+                    node=order_node(start),
                     ident=ident,
                     uri=input_uri(record.body, ident),
                     source=source,
@@ -134,9 +141,27 @@ class Staging:
                 started.append(ident)
             moving.waiting.add(record.key)
         self.held[record.key] = (start, create, now)
+        if self.state.store.policy.data.prepull and order_node(start):
+            self._prepull(record, member, order_node(start))
         step = stagesteps.staging_begun(record, waits, tuple(started), start.transfer_s)
         self.following.carry_out(record, step)
         return True
+
+    def _prepull(self, record: Record, member: Member, node: str) -> None:
+        """Pull the job's images onto ``node`` while its inputs are staged (best effort:
+        the member Job pulls them anyway)."""
+        images, secrets = images_of(record.body)
+        if self.state.config.dry_run:
+            return
+        for image in images:
+            manifest = render_pull_job(
+                image,
+                node,
+                hub=self.state.config.hub,
+                namespace=member.spec.namespace,
+                pull_secrets=secrets,
+            )
+            self.state.pool.submit(_pull, member, manifest)
 
     def _static(self, source: str, member: str) -> float | None:
         spec = self.state.members.get(member)
@@ -315,6 +340,18 @@ class Staging:
         found = stagesteps.cache_from_status(status or {})
         if found and cluster not in self.caches:
             self.caches[cluster] = found
+
+
+def _pull(member: Member, manifest: Mapping[str, Any]) -> None:
+    try:
+        member.create_job(manifest)
+    except Exception as err:  # noqa: BLE001 - best effort: the member Job pulls it anyway
+        log.info("pre-pull Job not created on %s: %s", member.name, describe(err))
+
+
+def order_node(start: Start) -> str:
+    """The node a start's inputs are staged onto (its first)."""
+    return start.nodes[0] if start.nodes else ""
 
 
 def _took(started: float | None, finished: float | None, began: float, now: float) -> float:

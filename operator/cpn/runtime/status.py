@@ -93,7 +93,7 @@ def render_status(
             t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
         }
     eta_finish = record.eta_finish_s if waiting else None
-    if record.phase in {k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
+    if record.phase in {k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
         began = record.start_s or record.dispatch_s
         eta_finish = began + record.transfer_s + record.predicted_runtime_s
     status["estimatedFinish"] = rfc3339(eta_finish)
