@@ -216,6 +216,10 @@ def test_a_failed_staging_is_retried_after_its_back_off_then_fails_the_aijob():
         first = b.staging_jobs()[0]
         b.report(first, "Failed", "2026-01-01T00:00:00Z", "")
         assert record.phase == k.PHASE_STAGING and "retrying in 5s" in record.message
+        b.clock.advance(1)
+        b.report(first, "Failed", "2026-01-01T00:00:00Z", "")  # seen again (the sweep)
+        assert b.events().count("StagingRetry") == 1
+        b.clock.advance(-1)
         assert b.staging.next_wake_s(b.clock.wall()) == 5.0
         b.staging.tick()
         assert len(b.staging_jobs()) == 1  # not before its back-off

@@ -226,7 +226,9 @@ class Staging:
             self.state.pool.submit(quiet, member.delete_job, report.name)
             self._evict(member.name)
             self.state.kick()
-        elif report.result == "Failed" and ours and moving is not None:
+        elif (
+            report.result == "Failed" and ours and moving is not None and moving.retry_at_s is None
+        ):  # not a failure seen again before its deletion landed (already counted)
             self.state.pool.submit(quiet, member.delete_job, report.name)
             self._failed(member.name, moving, report.message)
 
