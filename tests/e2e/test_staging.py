@@ -14,12 +14,15 @@ A100s run it much faster. The tests run in this order, each building on the last
    has its staging's predicted and actual seconds;
 4. fast link (as learned): a job like the first now goes to member-a, ``Staging`` first then
    Running, the transfer estimate in ``cpn explain``; a second job reading the same dataset
-   there stages nothing.
+   there stages nothing;
+5. the operator killed and started again reads member-a's cache back from its MemberCluster
+   status: a third reader of that dataset there stages nothing either.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -211,3 +214,17 @@ def test_fast_link_moves_the_job_to_the_faster_cluster_after_staging(hub: Hub) -
         assert second["cluster"] == A and not second.get("staging"), json.dumps(second)
         assert "Staging" not in events_of(hub, ns, "again")
         assert staging_jobs(hub.tb, A) == []  # the one staging Job was removed once done
+
+
+def test_the_cache_survives_an_operator_restart(hub: Hub) -> None:
+    entries = (member_status(hub, A).get("cache") or {}).get("entries") or []
+    assert "imagenet@v1" in [e["input"] for e in entries], entries
+    hub.proc.send_signal(signal.SIGKILL)
+    hub.proc.wait(timeout=10)
+    hub.restart()
+    with new_namespace(hub, "stage-restart") as ns:
+        after = bert("after", "imagenet", 200 * GB, gpu_types=[A100])
+        assert apply(hub, ns, after).returncode == 0
+        status = wait_status(hub, ns, "after", timeout_s=120, phase="Running")
+        assert status["cluster"] == A and not status.get("staging"), json.dumps(status)
+        assert "Staging" not in events_of(hub, ns, "after")
