@@ -38,6 +38,7 @@ def test_staging_settings_are_read_and_default():
         ({"copy_dest": "/a/../etc"}, "data.copy_dest"),
         ({"staging_attempts": 0}, "data.staging_attempts"),
         ({"staging_backoff_s": -1}, "data.staging_backoff_s"),
+        ({"staging_timeout_s": 0}, "data.staging_timeout_s"),
     ],
 )
 def test_bad_staging_settings_are_refused_naming_the_field(data, field):

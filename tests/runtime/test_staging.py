@@ -161,6 +161,7 @@ def test_a_start_that_moves_an_input_stages_it_then_creates_its_job():
             10 * GB,
         )
         assert seen.predicted_s == 8.0  # 10 GB at the static 10 Gbit/s
+        assert manifest["spec"]["activeDeadlineSeconds"] == 21600  # data.staging_timeout_s
         pod = manifest["spec"]["template"]["spec"]
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["n1"]

@@ -184,6 +184,7 @@ _DATA: Mapping[str, Parser] = {
     "staging_image": _image,
     "staging_attempts": integer(1, 20),
     "staging_backoff_s": number(0.0, 86400.0),
+    "staging_timeout_s": number(1.0, 7 * 86400.0),
     "prepull": boolean,
 }
 _DATA_KEYS = (*_DATA, "cache_gb")

@@ -116,6 +116,7 @@ def render_staging_job(
             "parallelism": 1,
             "completions": 1,
             "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, round(data.staging_timeout_s)),
             "ttlSecondsAfterFinished": 3600,
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": dict(annotations)},

@@ -235,7 +235,8 @@ class DataPolicy:
     Staging (:mod:`cpn.runtime.staging`): an input a start moves is copied by a staging Job
     on the chosen node, running ``staging_image`` (``python -m cpn_workloads.stage``) with
     ``copy_tool`` into ``copy_dest``/<name@version>; a failed staging is retried after
-    ``staging_backoff_s`` (doubling), at most ``staging_attempts`` times in all; with
+    ``staging_backoff_s`` (doubling), at most ``staging_attempts`` times in all; one runs at
+    most ``staging_timeout_s`` (its Job's ``activeDeadlineSeconds``); with
     ``prepull`` the job's images are pulled onto that node meanwhile.
     """
 
@@ -247,6 +248,7 @@ class DataPolicy:
     staging_image: str = "cpn-workloads:0.1.0"
     staging_attempts: int = 3
     staging_backoff_s: float = 10.0
+    staging_timeout_s: float = 21600.0
     prepull: bool = True
 
 
