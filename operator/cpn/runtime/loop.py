@@ -171,6 +171,7 @@ class Loop:
         self._cycle_end = self.state.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.state.observer.cycle_applied(self._cycle_wall_s)
+        self.state.usage.flush_soon(self.state.call, self.state.clock.wall())
         self._maybe_project()
         return plan
 

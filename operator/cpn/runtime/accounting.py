@@ -1,0 +1,201 @@
+"""GPU-hour accounting in the operator: each run that ends becomes a usage record
+(:func:`ended_run`, when :meth:`~cpn.runtime.following.Following.carry_out` takes a
+transition), kept pending in memory and written to the usage store on the hub
+(:mod:`cpn.adapters.usagestore`) in one batch per cycle at most (:meth:`Accounting.flush`).
+
+A write that fails (a conflict, an unreachable API server) keeps the batch for the next
+flush; writing a record twice counts it once (records are keyed by AIJob UID, attempt and
+kind). Days whose runs are older than the retention window are rolled up into per-(group,
+user, GPU type, domain) totals, at most once an hour. The counter ``cpn_gpu_hours_total``
+(by group, user, GPU type) starts from the store's totals when the operator starts and
+grows by each record written, so it agrees with the store across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+
+from cpn.api import constants as k
+from cpn.api.usage import BUDGET_BYTES, run_row
+from cpn.core.accounting import DayUsage, UsageRecord, merged, rolled_up, run_record
+from cpn.runtime.ports import describe
+from cpn.runtime.store import Record
+
+log = logging.getLogger(__name__)
+
+#: Old days are looked at for roll-up at most this often.
+ROLL_UP_EVERY_S = 3600.0
+#: A bound on one encoded run row (long names make it longer; then the real one is used).
+ROW_BYTES = 320
+
+#: How a run ended, from the reason of the record after its transition.
+_LOST = frozenset({"MemberLost", "MemberRemoved", "MemberJobMissing"})
+
+Call = Callable[..., Awaitable[Any]]
+
+
+class UsageStore(Protocol):
+    """Days of usage on the hub (:class:`cpn.adapters.usagestore.KubeUsageStore`); blocking
+    calls that raise on failure."""
+
+    def days(self) -> list[tuple[DayUsage, str]]: ...
+
+    def read(self, day: str) -> tuple[DayUsage, str]: ...
+
+    def write(self, day: DayUsage, version: str) -> None: ...
+
+
+def outcome_of(after: Record, forgotten: bool) -> str:
+    """How the run ended, from its record after the transition."""
+    if forgotten:
+        return "cancelled"
+    if after.phase == k.PHASE_SUCCEEDED:
+        return "succeeded"
+    if after.phase == k.PHASE_FAILED:
+        return "failed"
+    if after.phase == k.PHASE_SUSPENDED:
+        return "suspended"
+    if after.reason == "Preempted":
+        return "preempted"
+    if after.reason in _LOST:
+        return "lost"
+    return "retried"
+
+
+def ended_run(
+    before: Record, after: Record, *, forgotten: bool, now_s: float
+) -> UsageRecord | None:
+    """The run that a transition from ``before`` to ``after`` ended, or None (it ended
+    none, or the attempt never ran: refused, or its workers never all started). A run
+    starts when all its workers were seen running; one that finished or failed before it
+    was seen running started at its dispatch. ``forgotten``: the AIJob was deleted."""
+    if not before.active or before.job is None or (after.active and not forgotten):
+        return None
+    outcome = outcome_of(after, forgotten)
+    start_s = before.start_s
+    if not start_s and before.observed and after.reason != "StartTimeout":
+        start_s = before.dispatch_s  # its member Job reported an end before running was seen
+    end_s = after.finish_s if after.finished and after.finish_s else now_s
+    if outcome == "preempted" and before.preempted_s:
+        end_s = before.preempted_s
+    return run_record(
+        uid=before.uid,
+        attempt=before.attempts,
+        outcome=outcome,
+        namespace=before.namespace,
+        name=before.name,
+        user=before.user,
+        group=before.group,
+        domain=before.domain,
+        gpu_type=before.gpu_type,
+        gpus=before.job.gpus,
+        cluster=before.cluster,
+        start_s=start_s,
+        end_s=end_s,
+    )
+
+
+class Accounting:
+    """Usage records pending and written; ``store`` is set by the composition root (None:
+    accounting is kept in memory only, e.g. in unit tests of the runtime)."""
+
+    def __init__(self, registry: CollectorRegistry, *, retention_s: float) -> None:
+        self.store: UsageStore | None = None
+        self.retention_s = retention_s
+        self.pending: dict[str, UsageRecord] = {}
+        self.loaded = False
+        self.written = 0  # records this process added to the store
+        self._rolled_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[int] | None = None
+        self.gpu_hours = Counter(
+            "cpn_gpu_hours",
+            "GPU-hours of ended runs (preempted fragments included) as stored on the hub, "
+            "per group, user and GPU type",
+            ["group", "user", "gpu_type"],
+            registry=registry,
+        )
+
+    def saw(self, before: Record, after: Record, *, forgotten: bool, now_s: float) -> None:
+        """A record's transition: the run it ended, if any, is pending from now."""
+        record = ended_run(before, after, forgotten=forgotten, now_s=now_s)
+        if record is not None:
+            self.pending.setdefault(record.key, record)
+
+    def _count(self, records: Iterable[UsageRecord]) -> None:
+        for record in records:
+            self.gpu_hours.labels(record.group, record.user, record.gpu_type).inc(
+                record.gpu_s / 3600.0
+            )
+
+    def _load(self, days: list[tuple[DayUsage, str]]) -> None:
+        for usage, _ in days:
+            self._count(usage.runs.values())
+            for (group, user, gpu_type, _domain), total in usage.totals.items():
+                self.gpu_hours.labels(group, user, gpu_type).inc(total.gpu_s / 3600.0)
+        self.loaded = True
+        log.info("usage store: %d day(s) read", len(days))
+
+    def flush_soon(self, call: Call, now_s: float) -> None:
+        """Start a flush in the background unless one runs (a cycle never waits on it)."""
+        if self.store is not None and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self.flush(call, now_s))
+
+    async def flush(self, call: Call, now_s: float) -> int:
+        """Write the pending records, a day at a time; returns how many the store did not
+        have. A day whose write fails stays pending (logged), for the next flush."""
+        store = self.store
+        if store is None:
+            return 0
+        async with self._lock:
+            try:
+                if not self.loaded:
+                    self._load(await call(store.days))
+                added = 0
+                by_day: dict[str, list[UsageRecord]] = defaultdict(list)
+                for record in self.pending.values():
+                    by_day[record.day].append(record)
+                for day, records in sorted(by_day.items()):
+                    added += await self._write_day(call, store, day, records, now_s)
+                if now_s - self._rolled_at >= ROLL_UP_EVERY_S:
+                    await self._roll_up_old(call, store, now_s)
+                    self._rolled_at = now_s
+                return added
+            except Exception as err:  # noqa: BLE001 - kept pending; retried next flush
+                log.warning("usage not written (%s): retried next cycle", describe(err))
+                return 0
+
+    def _rolled(self, usage: DayUsage, now_s: float) -> DayUsage:
+        row_bytes = max([ROW_BYTES, *(len(run_row(r)) for r in usage.runs.values())])
+        return rolled_up(
+            usage,
+            before_s=now_s - self.retention_s,
+            budget_bytes=BUDGET_BYTES,
+            row_bytes=row_bytes,
+        )
+
+    async def _write_day(
+        self, call: Call, store: UsageStore, day: str, records: list[UsageRecord], now_s: float
+    ) -> int:
+        usage, version = await call(store.read, day)
+        new, added = merged(usage, records)
+        new = self._rolled(new, now_s)
+        if added or new != usage:
+            await call(store.write, new, version)
+        for record in records:
+            self.pending.pop(record.key, None)
+        self._count(added)
+        self.written += len(added)
+        return len(added)
+
+    async def _roll_up_old(self, call: Call, store: UsageStore, now_s: float) -> None:
+        for usage, version in await call(store.days):
+            new = self._rolled(usage, now_s)
+            if new != usage:
+                await call(store.write, new, version)
