@@ -8,9 +8,11 @@ from cpn.core.accounting import (
     DAY_S,
     KIND_PREEMPTED,
     KIND_RUN,
+    Archive,
     DayUsage,
     Total,
     UsageRecord,
+    archived,
     day_start_s,
     merged,
     rolled_up,
@@ -163,3 +165,22 @@ def test_rows_filter_by_group_and_user_and_sum_by_a_dimension() -> None:
     assert summed_by(rows, "group") == {"nlp": 4 * 3600.0, "vision": 3 * 3600.0}
     with pytest.raises(ValueError, match="cannot group by 'colour'"):
         summed_by(rows, "colour")
+
+
+def test_a_day_is_archived_into_its_month_once() -> None:
+    day, _ = merged(DayUsage(DAY), [rec("a", gpus=1), rec("b", gpus=2, user="bob")])
+    once = archived(Archive(), day)
+    assert once.days == {DAY}
+    assert once.months == {
+        ("2026-11", "vision", "ada", "A100-80GB", ""): Total(3600.0, 1),
+        ("2026-11", "vision", "bob", "A100-80GB", ""): Total(7200.0, 1),
+    }
+    assert archived(once, day) == once  # again: nothing added
+    assert archived(once, day, forget_before="2026-12-01").days == frozenset()
+
+
+def test_an_archived_month_counts_whole_when_it_overlaps_the_window() -> None:
+    archive = archived(Archive(), merged(DayUsage(DAY), [rec("a", gpus=1)])[0])
+    assert [r.gpu_s for r in usage_rows([], archive=archive, since_s=T0)] == [3600.0]
+    assert usage_rows([], archive=archive, since_s=day_start_s("2026-12-01")) == []
+    assert usage_rows([], archive=archive, group="nlp") == []

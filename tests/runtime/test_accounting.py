@@ -4,21 +4,22 @@ reach the usage store (batched, retried after a failed write, counted once)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from cpn.api import constants as k
-from cpn.core.accounting import DayUsage, day_start_s
+from cpn.api.usage import ARCHIVE, SLOTS, stored
+from cpn.core.accounting import DayUsage, day_of, day_start_s
 from cpn.core.gang import Gang, Verdict
-from cpn.core.policy import Retry
+from cpn.core.policy import Preemption, Retry
 from cpn.runtime import lifecycle
 from cpn.runtime.accounting import Accounting, ended_run
+from cpn.runtime.metrics import OperatorMetrics
 from cpn.runtime.ports import CallFailed
-from cpn.runtime.store import Record
+from cpn.runtime.store import Record, preempted
 from tests.builders import job
 
 T0 = day_start_s("2026-11-27") + 3600.0
@@ -49,10 +50,16 @@ def test_a_finished_run_counts_from_its_start_to_its_finish() -> None:
     )  # fmt: skip
 
 
-def test_a_preempted_run_ends_when_it_was_preempted() -> None:
+@pytest.mark.parametrize("deletion_seen_first", [False, True])
+def test_a_preempted_run_ends_when_it_was_preempted(deletion_seen_first: bool) -> None:
+    """Booked as preempted, then requeued as such, or first failed by its member Job's
+    deletion (seen while the preemption awaits the delete): a fragment either way."""
     before = running()
-    before.preempted_s = T0 + 300
-    step = lifecycle.preempted(before, "preempted for higher-ranked ns/x", 10.0)
+    preempted(before, T0 + 300, "preempted for higher-ranked ns/x", Preemption())
+    if deletion_seen_first:
+        step = lifecycle.attempt_failed(before, "its member Job was deleted", Retry(), T0 + 301)
+    else:
+        step = lifecycle.preempted(before, "preempted for higher-ranked ns/x", 10.0)
     made = ended_run(before, step.record, forgotten=False, now_s=T0 + 302)
     assert made is not None and (made.kind, made.end_s) == ("preempted", T0 + 300)
 
@@ -93,27 +100,35 @@ def test_a_run_that_continues_ends_nothing() -> None:
 
 
 class MemoryStore:
-    """A usage store in memory that can fail its next writes (a conflict)."""
+    """Usage ConfigMaps in memory (name -> data, resourceVersion) that can fail writes."""
 
     def __init__(self) -> None:
-        self.data: dict[str, tuple[DayUsage, str]] = {}
+        self.data: dict[str, tuple[dict[str, str], str]] = {}
         self.fail_writes = 0
         self.writes = 0
 
-    def days(self) -> list[tuple[DayUsage, str]]:
-        return list(self.data.values())
+    def list(self) -> list[tuple[str, dict[str, str], str]]:
+        return [(name, data, version) for name, (data, version) in self.data.items()]
 
-    def read(self, day: str) -> tuple[DayUsage, str]:
-        return self.data.get(day, (DayUsage(day), ""))
+    def read(self, name: str) -> tuple[dict[str, str], str]:
+        return self.data.get(name, ({}, ""))
 
-    def write(self, day: DayUsage, version: str) -> None:
+    def write(self, name: str, data: Mapping[str, str], version: str) -> None:
         if self.fail_writes:
             self.fail_writes -= 1
             raise CallFailed("409 Conflict", status=409)
-        current = self.data.get(day.day, (None, ""))[1]
+        current = self.data.get(name, ({}, ""))[1]
         assert version == current, "written over a newer version"
         self.writes += 1
-        self.data[day.day] = (day, str(int(current or 0) + 1))
+        self.data[name] = (dict(data), str(int(current or 0) + 1))
+
+    def days(self) -> list[DayUsage]:
+        return stored(self.list())[0]
+
+    def total_s(self) -> float:
+        days, archive, errors = stored(self.list())
+        assert not errors
+        return sum(d.gpu_s() for d in days) + sum(t.gpu_s for t in archive.months.values())
 
 
 async def direct(fn: Callable[..., Any], *args: Any) -> Any:
@@ -138,7 +153,7 @@ def ended(accounting: Accounting, uid: str, minutes: float) -> None:
 
 def test_pending_runs_are_written_in_one_batch_and_kept_after_a_failed_write() -> None:
     store = MemoryStore()
-    accounting = Accounting(CollectorRegistry(), retention_s=7 * 86400)
+    accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=7 * 86400)
     accounting.store = store
     ended(accounting, "a", 60)
     ended(accounting, "b", 30)
@@ -152,28 +167,58 @@ def test_pending_runs_are_written_in_one_batch_and_kept_after_a_failed_write() -
 
 def test_a_run_seen_again_after_a_restart_is_counted_once_and_the_counter_resumes() -> None:
     store = MemoryStore()
-    first = Accounting(CollectorRegistry(), retention_s=7 * 86400)
+    first = Accounting(OperatorMetrics().gpu_hours, retention_s=7 * 86400)
     first.store = store
     ended(first, "a", 60)
     asyncio.run(first.flush(direct, T0 + 3600))
-    again = Accounting(CollectorRegistry(), retention_s=7 * 86400)  # a new process
+    again = Accounting(OperatorMetrics().gpu_hours, retention_s=7 * 86400)  # a new process
     again.store = store
     ended(again, "a", 60)  # the same run, seen again from its member Job
     assert asyncio.run(again.flush(direct, T0 + 3600)) == 0
     assert counted(again) == pytest.approx(1.0)  # read from the store, not added again
-    ((day, _),) = store.days()
+    (day,) = store.days()
     assert day.gpu_s() == 3600.0
 
 
 def test_old_days_are_rolled_up() -> None:
     store = MemoryStore()
-    accounting = Accounting(CollectorRegistry(), retention_s=86400)
+    accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
     accounting.store = store
     ended(accounting, "a", 60)
     asyncio.run(accounting.flush(direct, T0 + 3600))
-    later = Accounting(CollectorRegistry(), retention_s=86400)
+    later = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
     later.store = store
     asyncio.run(later.flush(direct, T0 + 3 * 86400))
-    ((day, _),) = store.days()
+    (day,) = store.days()
     assert not day.runs and day.gpu_s() == 3600.0
     assert counted(later) == pytest.approx(1.0)
+
+
+def test_a_slot_taken_by_a_new_day_moves_its_old_day_to_the_archive_once() -> None:
+    """Day slots are reused after SLOTS days: the old day is folded into its month first.
+    Were the operator to stop between the archive's write and the slot's (the slot still
+    holding the archived day), that day counts once, and archiving it again adds nothing."""
+    store = MemoryStore()
+    accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    accounting.store = store
+    ended(accounting, "a", 60)
+    asyncio.run(accounting.flush(direct, T0 + 3600))
+    old_slot = dict(store.data)
+    later = T0 + SLOTS * 86400  # the same slot, SLOTS days on
+    before = running("b", gpus=1, workers=1, start=later)
+    accounting.saw(
+        before, lifecycle.succeeded(before, later + 1800).record, forgotten=False, now_s=later
+    )
+    asyncio.run(accounting.flush(direct, later + 1800))
+    days, archive, _ = stored(store.list())
+    assert [d.day for d in days] == [day_of(later)] and archive.days == {day_of(T0)}
+    assert store.total_s() == 3600.0 + 1800.0
+    store.data.update({n: v for n, v in old_slot.items() if n != ARCHIVE})  # slot not rewritten
+    assert store.total_s() == 3600.0  # the archived day counts in the archive only
+    again = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    again.store = store
+    again.saw(
+        before, lifecycle.succeeded(before, later + 1800).record, forgotten=False, now_s=later
+    )
+    asyncio.run(again.flush(direct, later + 1800))
+    assert store.total_s() == 3600.0 + 1800.0

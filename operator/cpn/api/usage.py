@@ -1,23 +1,29 @@
-"""A day's usage (:class:`cpn.core.accounting.DayUsage`) as a ConfigMap of the operator's
-namespace, and back.
+"""The usage store's ConfigMaps in the operator's namespace, and back.
 
-The ConfigMap ``cpn-usage-YYYY-MM-DD`` (label ``cpn.io/usage=day``) holds, under ``runs``,
-one compact JSON array per kept run (the columns :data:`RUN_COLUMNS`) and, under
-``totals``, one per rolled-up (group, user, GPU type, domain) (:data:`TOTAL_COLUMNS`),
-each as a JSON list of rows, one row a line.
+A day's usage (:class:`cpn.core.accounting.DayUsage`) is kept in one of :data:`SLOTS` day
+slots, ``cpn-usage-d00`` .. ``cpn-usage-d31`` (the day's number since 1970 modulo
+:data:`SLOTS`; label ``cpn.io/usage=day``): ``day`` says which day it holds; ``runs``, one
+compact JSON array per kept run (the columns :data:`RUN_COLUMNS`); ``totals``, one per
+rolled-up (group, user, GPU type, domain) (:data:`TOTAL_COLUMNS`); each a JSON list of
+rows, one row a line. Before a slot takes a new day, the day it held is folded into the
+per-month totals of ``cpn-usage-archive`` (:class:`cpn.core.accounting.Archive`, label
+``cpn.io/usage=archive``). A fixed set of names, so the operator's Role can name them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cpn.api import constants as k
-from cpn.core.accounting import DayUsage, Total, UsageRecord
+from cpn.core.accounting import DAY_S, Archive, DayUsage, Total, UsageRecord, day_start_s
 
 PREFIX = "cpn-usage-"
+SLOTS = 32
+ARCHIVE = f"{PREFIX}archive"
+MONTH_COLUMNS = ("month", "group", "user", "gpuType", "domain", "gpuSeconds", "runs")
 LABEL_USAGE = "cpn.io/usage"
 FORMAT = "1"
 RUN_COLUMNS = (
@@ -48,7 +54,14 @@ class UsageFormatError(ValueError):
 
 
 def configmap_name(day: str) -> str:
-    return f"{PREFIX}{day}"
+    """The slot that holds ``day``."""
+    number = int(day_start_s(day) // DAY_S)
+    return f"{PREFIX}d{number % SLOTS:02d}"
+
+
+def names() -> list[str]:
+    """Every name the usage store writes (the operator's Role lists them)."""
+    return [f"{PREFIX}d{i:02d}" for i in range(SLOTS)] + [ARCHIVE]
 
 
 def run_row(record: UsageRecord) -> str:
@@ -87,15 +100,52 @@ def encode(day: DayUsage) -> dict[str, str]:
     return {"format": FORMAT, "day": day.day, "runs": _rows(runs), "totals": _rows(totals)}
 
 
-def configmap(day: DayUsage, namespace: str, resource_version: str = "") -> dict[str, Any]:
+def configmap(name: str, data: Mapping[str, str], namespace: str, version: str) -> dict[str, Any]:
+    """A usage ConfigMap (``version``: the resourceVersion it replaces, "" for a new one)."""
     meta: dict[str, Any] = {
-        "name": configmap_name(day.day),
+        "name": name,
         "namespace": namespace,
-        "labels": {k.LABEL_MANAGED: k.MANAGED_BY, LABEL_USAGE: "day"},
+        "labels": {k.LABEL_MANAGED: k.MANAGED_BY, LABEL_USAGE: kind_of(name)},
     }
-    if resource_version:
-        meta["resourceVersion"] = resource_version
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": encode(day)}
+    if version:
+        meta["resourceVersion"] = version
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
+
+
+def kind_of(name: str) -> str:
+    return "archive" if name == ARCHIVE else "day"
+
+
+def encode_archive(archive: Archive) -> dict[str, str]:
+    months = [
+        json.dumps([*key, round(t.gpu_s, 1), t.runs], separators=(",", ":"))
+        for key, t in sorted(archive.months.items())
+    ]
+    return {"format": FORMAT, "months": _rows(months), "days": " ".join(sorted(archive.days))}
+
+
+def decode_archive(data: Mapping[str, str]) -> Archive:
+    """The archive from its ConfigMap's ``data`` (empty when it has none)."""
+    if not data:
+        return Archive()
+    _check_format(ARCHIVE, data)
+    try:
+        months = {}
+        for row in json.loads(data.get("months") or "[]"):
+            if len(row) != len(MONTH_COLUMNS):
+                raise ValueError(f"a month row has {len(row)} columns, not {len(MONTH_COLUMNS)}")
+            key = (str(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
+            months[key] = Total(float(row[5]), int(row[6]))
+    except (ValueError, TypeError) as err:
+        raise UsageFormatError(f"usage ConfigMap {ARCHIVE}: {err}") from None
+    return Archive(months, frozenset((data.get("days") or "").split()))
+
+
+def _check_format(name: str, data: Mapping[str, str]) -> None:
+    if data.get("format") != FORMAT:
+        raise UsageFormatError(
+            f"usage ConfigMap {name}: format {data.get('format')!r} (this version reads {FORMAT})"
+        )
 
 
 def decode(name: str, data: Mapping[str, str]) -> DayUsage:
@@ -103,10 +153,7 @@ def decode(name: str, data: Mapping[str, str]) -> DayUsage:
     day = data.get("day", "")
     if not _DAY.match(day):
         raise UsageFormatError(f"usage ConfigMap {name}: 'day' is {day!r}, not YYYY-MM-DD")
-    if data.get("format") != FORMAT:
-        raise UsageFormatError(
-            f"usage ConfigMap {name}: format {data.get('format')!r} (this version reads {FORMAT})"
-        )
+    _check_format(name, data)
     try:
         runs_in = json.loads(data.get("runs") or "[]")
         totals_in = json.loads(data.get("totals") or "[]")
@@ -144,3 +191,21 @@ def decode(name: str, data: Mapping[str, str]) -> DayUsage:
 
 def size_bytes(day: DayUsage) -> int:
     return sum(len(v) for v in encode(day).values())
+
+
+def stored(
+    items: Iterable[tuple[str, Mapping[str, str], str]],
+) -> tuple[list[DayUsage], Archive, list[str]]:
+    """The days and the archive of the usage ConfigMaps (name, data, resourceVersion), and
+    why any could not be read (those are left out). A day already in the archive (its
+    slot was being reused when the operator stopped) counts there only."""
+    days, archive, errors = [], Archive(), []
+    for name, data, _ in items:
+        try:
+            if name == ARCHIVE:
+                archive = decode_archive(data)
+            else:
+                days.append(decode(name, data))
+        except UsageFormatError as err:
+            errors.append(str(err))
+    return [d for d in days if d.day not in archive.days], archive, errors

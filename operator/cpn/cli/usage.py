@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cpn.core.accounting import BY, DayUsage, UsageRow, summed_by, usage_rows
+from cpn.core.accounting import BY, Archive, DayUsage, UsageRow, summed_by, usage_rows
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0}
@@ -53,6 +53,7 @@ def _iso(t_s: float | None) -> str | None:
 
 def report(
     days: Sequence[DayUsage],
+    archive: Archive | None = None,
     *,
     since_s: float | None,
     until_s: float | None,
@@ -61,7 +62,9 @@ def report(
     by: str | None,
 ) -> dict[str, Any]:
     """What ``cpn usage`` shows, as one JSON-ready document."""
-    rows = usage_rows(days, since_s=since_s, until_s=until_s, group=group, user=user)
+    rows = usage_rows(
+        days, archive=archive, since_s=since_s, until_s=until_s, group=group, user=user
+    )
     total_s = sum(r.gpu_s for r in rows)
     doc: dict[str, Any] = {
         "since": _iso(since_s),
@@ -145,16 +148,21 @@ def main(argv: Sequence[str]) -> int:
 def _show(args: argparse.Namespace, since: float | None, until: float | None) -> int:
     from cpn.adapters.hubcli import hub_api
     from cpn.adapters.usagestore import KubeUsageStore
-    from cpn.api.usage import UsageFormatError, decode
+    from cpn.api.usage import stored
 
     store = KubeUsageStore(hub_api(args.kubeconfig), args.namespace)
-    days = []
-    for name, data, _ in store.list_raw():
-        try:
-            days.append(decode(name, data))
-        except UsageFormatError as err:
-            print(f"cpn usage: {err}; left out", file=sys.stderr)
-    doc = report(days, since_s=since, until_s=until, group=args.group, user=args.user, by=args.by)
+    days, archive, errors = stored(store.list())
+    for error in errors:
+        print(f"cpn usage: {error}; left out", file=sys.stderr)
+    doc = report(
+        days,
+        archive,
+        since_s=since,
+        until_s=until,
+        group=args.group,
+        user=args.user,
+        by=args.by,
+    )
     doc["days"] = len(days)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     return 0

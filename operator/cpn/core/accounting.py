@@ -11,7 +11,9 @@ Usage is kept per UTC day (the day a run ended): the day's runs while they are y
 the retention window, then folded into per-(group, user, GPU type, domain) totals of that
 day (:func:`rolled_up`), so that a day's size is bounded by its number of distinct
 (group, user, GPU type, domain) once old, and by ``budget_bytes`` always (a day with more
-runs than fit folds its oldest runs early). :func:`usage_rows` answers queries over both.
+runs than fit folds its oldest runs early). Days older still are folded into per-month
+totals (:class:`Archive`, :func:`archived`), once each. :func:`usage_rows` answers queries
+over all of them.
 """
 
 from __future__ import annotations
@@ -193,9 +195,42 @@ class UsageRow:
         return self.gpu_s / 3600.0
 
 
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """Per-month totals of the days folded into it (``YYYY-MM``, group, user, GPU type,
+    domain), and which days were folded (so folding one again changes nothing)."""
+
+    months: Mapping[tuple[str, str, str, str, str], Total] = field(default_factory=dict)
+    days: frozenset[str] = frozenset()
+
+
+def archived(archive: Archive, day: DayUsage, *, forget_before: str = "") -> Archive:
+    """``archive`` with ``day`` folded into its month (unless it was already), and the days
+    before ``forget_before`` no longer remembered as folded (none can come again)."""
+    days = frozenset(d for d in archive.days if d >= forget_before)
+    if day.day in archive.days:
+        return replace(archive, days=days)
+    months = dict(archive.months)
+    month = day.day[:7]
+    folded = rolled_up(day, before_s=float("inf"), budget_bytes=0, row_bytes=1)
+    for key, total in folded.totals.items():
+        old = months.get((month, *key), Total(0.0, 0))
+        months[(month, *key)] = Total(old.gpu_s + total.gpu_s, old.runs + total.runs)
+    return Archive(months, days | {day.day})
+
+
+def month_bounds_s(month: str) -> tuple[float, float]:
+    """The first and the next month's first instant of ``YYYY-MM`` (UTC)."""
+    year, number = int(month[:4]), int(month[5:7])
+    begins = datetime(year, number, 1, tzinfo=UTC)
+    after = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC)
+    return begins.timestamp(), after.timestamp()
+
+
 def usage_rows(
     days: Iterable[DayUsage],
     *,
+    archive: Archive | None = None,
     since_s: float | None = None,
     until_s: float | None = None,
     group: str | None = None,
@@ -203,7 +238,8 @@ def usage_rows(
 ) -> list[UsageRow]:
     """Usage per (group, user, GPU type, domain) in ``[since_s, until_s)``: kept runs count
     the part of them inside it; rolled-up days count whole when the day overlaps it (their
-    resolution is a day). Rows sorted by key. For fair share, too."""
+    resolution is a day), archived months whole when the month overlaps it. Rows sorted
+    by key. For fair share, too."""
     lo = since_s if since_s is not None else float("-inf")
     hi = until_s if until_s is not None else float("inf")
     sums: dict[TotalKey, list[float]] = {}
@@ -224,6 +260,18 @@ def usage_rows(
                 row = sums.setdefault(key, [0.0, 0])
                 row[0] += total.gpu_s
                 row[1] += total.runs
+    for (month, *rest), total in (archive.months if archive else {}).items():
+        begins, ends = month_bounds_s(month)
+        key = (rest[0], rest[1], rest[2], rest[3])
+        if (
+            begins < hi
+            and ends > lo
+            and not (group and key[0] != group)
+            and not (user and key[1] != user)
+        ):
+            row = sums.setdefault(key, [0.0, 0])
+            row[0] += total.gpu_s
+            row[1] += total.runs
     return [UsageRow(*key, gpu_s=v[0], runs=int(v[1])) for key, v in sorted(sums.items())]
 
 

@@ -16,14 +16,35 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from cpn.api import constants as k
-from cpn.api.usage import BUDGET_BYTES, run_row
-from cpn.core.accounting import DayUsage, UsageRecord, merged, rolled_up, run_record
+from cpn.api.usage import (
+    ARCHIVE,
+    BUDGET_BYTES,
+    SLOTS,
+    configmap_name,
+    decode,
+    decode_archive,
+    encode,
+    encode_archive,
+    run_row,
+    stored,
+)
+from cpn.core.accounting import (
+    DAY_S,
+    DayUsage,
+    UsageRecord,
+    archived,
+    day_of,
+    day_start_s,
+    merged,
+    rolled_up,
+    run_record,
+)
 from cpn.runtime.ports import describe
 from cpn.runtime.store import Record
 
@@ -31,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Old days are looked at for roll-up at most this often.
 ROLL_UP_EVERY_S = 3600.0
+#: Runs are kept one by one at most this long (a day slot is reused after SLOTS days).
+MAX_RETENTION_S = (SLOTS - 2) * DAY_S
 #: A bound on one encoded run row (long names make it longer; then the real one is used).
 ROW_BYTES = 320
 
@@ -41,18 +64,22 @@ Call = Callable[..., Awaitable[Any]]
 
 
 class UsageStore(Protocol):
-    """Days of usage on the hub (:class:`cpn.adapters.usagestore.KubeUsageStore`); blocking
-    calls that raise on failure."""
+    """The usage ConfigMaps on the hub as raw ``data`` (:mod:`cpn.api.usage` reads it;
+    :class:`cpn.adapters.usagestore.KubeUsageStore`); blocking calls that raise on failure."""
 
-    def days(self) -> list[tuple[DayUsage, str]]: ...
+    def list(self) -> list[tuple[str, dict[str, str], str]]: ...
 
-    def read(self, day: str) -> tuple[DayUsage, str]: ...
+    def read(self, name: str) -> tuple[dict[str, str], str]: ...
 
-    def write(self, day: DayUsage, version: str) -> None: ...
+    def write(self, name: str, data: Mapping[str, str], version: str) -> None: ...
 
 
-def outcome_of(after: Record, forgotten: bool) -> str:
-    """How the run ended, from its record after the transition."""
+def outcome_of(before: Record, after: Record, forgotten: bool) -> str:
+    """How the run ended, from its record after the transition. A run whose preemption was
+    booked (:func:`cpn.runtime.store.preempted`, before its member Job is deleted) was
+    preempted, whichever transition ends it (its Job's deletion may be seen first)."""
+    if before.preempted_s and before.start_s and before.preempted_s >= before.start_s:
+        return "preempted"
     if forgotten:
         return "cancelled"
     if after.phase == k.PHASE_SUCCEEDED:
@@ -77,7 +104,7 @@ def ended_run(
     was seen running started at its dispatch. ``forgotten``: the AIJob was deleted."""
     if not before.active or before.job is None or (after.active and not forgotten):
         return None
-    outcome = outcome_of(after, forgotten)
+    outcome = outcome_of(before, after, forgotten)
     start_s = before.start_s
     if not start_s and before.observed and after.reason != "StartTimeout":
         start_s = before.dispatch_s  # its member Job reported an end before running was seen
@@ -105,7 +132,7 @@ class Accounting:
     """Usage records pending and written; ``store`` is set by the composition root (None:
     accounting is kept in memory only, e.g. in unit tests of the runtime)."""
 
-    def __init__(self, registry: CollectorRegistry, *, retention_s: float) -> None:
+    def __init__(self, gpu_hours: Counter, *, retention_s: float) -> None:
         self.store: UsageStore | None = None
         self.retention_s = retention_s
         self.pending: dict[str, UsageRecord] = {}
@@ -114,13 +141,7 @@ class Accounting:
         self._rolled_at = float("-inf")
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[int] | None = None
-        self.gpu_hours = Counter(
-            "cpn_gpu_hours",
-            "GPU-hours of ended runs (preempted fragments included) as stored on the hub, "
-            "per group, user and GPU type",
-            ["group", "user", "gpu_type"],
-            registry=registry,
-        )
+        self.gpu_hours = gpu_hours  # cpn_gpu_hours_total (runtime/metrics.py)
 
     def saw(self, before: Record, after: Record, *, forgotten: bool, now_s: float) -> None:
         """A record's transition: the run it ended, if any, is pending from now."""
@@ -134,13 +155,22 @@ class Accounting:
                 record.gpu_s / 3600.0
             )
 
-    def _load(self, days: list[tuple[DayUsage, str]]) -> None:
-        for usage, _ in days:
+    def _load(self, items: list[tuple[str, dict[str, str], str]]) -> None:
+        days, archive, errors = stored(items)
+        for error in errors:
+            log.error("%s; left out of the usage totals", error)
+        for usage in days:
             self._count(usage.runs.values())
             for (group, user, gpu_type, _domain), total in usage.totals.items():
                 self.gpu_hours.labels(group, user, gpu_type).inc(total.gpu_s / 3600.0)
+        for (_month, group, user, gpu_type, _domain), total in archive.months.items():
+            self.gpu_hours.labels(group, user, gpu_type).inc(total.gpu_s / 3600.0)
         self.loaded = True
-        log.info("usage store: %d day(s) read", len(days))
+        log.info(
+            "usage store: %d day(s) and %d archived month row(s) read",
+            len(days),
+            len(archive.months),
+        )
 
     def flush_soon(self, call: Call, now_s: float) -> None:
         """Start a flush in the background unless one runs (a cycle never waits on it)."""
@@ -156,7 +186,7 @@ class Accounting:
         async with self._lock:
             try:
                 if not self.loaded:
-                    self._load(await call(store.days))
+                    self._load(await call(store.list))
                 added = 0
                 by_day: dict[str, list[UsageRecord]] = defaultdict(list)
                 for record in self.pending.values():
@@ -175,7 +205,7 @@ class Accounting:
         row_bytes = max([ROW_BYTES, *(len(run_row(r)) for r in usage.runs.values())])
         return rolled_up(
             usage,
-            before_s=now_s - self.retention_s,
+            before_s=now_s - min(self.retention_s, MAX_RETENTION_S),
             budget_bytes=BUDGET_BYTES,
             row_bytes=row_bytes,
         )
@@ -183,19 +213,41 @@ class Accounting:
     async def _write_day(
         self, call: Call, store: UsageStore, day: str, records: list[UsageRecord], now_s: float
     ) -> int:
-        usage, version = await call(store.read, day)
+        name = configmap_name(day)
+        data, version = await call(store.read, name)
+        usage = decode(name, data) if data else DayUsage(day)
+        if usage.day < day:  # the slot's old day goes to the archive first
+            await self._archive(call, store, usage, day)
+            usage = DayUsage(day)
+        elif usage.day > day:
+            log.error(
+                "usage of %d run(s) of %s dropped: ended %d+ days ago, their slot holds %s",
+                len(records), day, SLOTS, usage.day,
+            )  # fmt: skip
+            records = []
         new, added = merged(usage, records)
         new = self._rolled(new, now_s)
         if added or new != usage:
-            await call(store.write, new, version)
+            await call(store.write, name, encode(new), version)
         for record in records:
             self.pending.pop(record.key, None)
         self._count(added)
         self.written += len(added)
         return len(added)
 
+    async def _archive(self, call: Call, store: UsageStore, old: DayUsage, today: str) -> None:
+        data, version = await call(store.read, ARCHIVE)
+        archive = decode_archive(data)
+        forget = day_of(day_start_s(today) - 2 * SLOTS * DAY_S)
+        new = archived(archive, old, forget_before=forget)
+        if new != archive:
+            await call(store.write, ARCHIVE, encode_archive(new), version)
+
     async def _roll_up_old(self, call: Call, store: UsageStore, now_s: float) -> None:
-        for usage, version in await call(store.days):
+        for name, data, version in await call(store.list):
+            if name == ARCHIVE:
+                continue
+            usage = decode(name, data)
             new = self._rolled(usage, now_s)
             if new != usage:
-                await call(store.write, new, version)
+                await call(store.write, name, encode(new), version)

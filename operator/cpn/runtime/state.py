@@ -91,7 +91,7 @@ class RuntimeState:
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
         # GPU-hour accounting (runtime/accounting.py): runs ended, written once per cycle
         self.usage = Accounting(
-            self.observer.metrics.registry, retention_s=config.usage_retention_days * 86400.0
+            self.observer.metrics.gpu_hours, retention_s=config.usage_retention_days * 86400.0
         )
         # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
         # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
