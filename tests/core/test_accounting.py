@@ -13,6 +13,7 @@ from cpn.core.accounting import (
     Total,
     UsageRecord,
     archived,
+    by_group_user,
     day_start_s,
     merged,
     rolled_up,
@@ -163,6 +164,11 @@ def test_rows_filter_by_group_and_user_and_sum_by_a_dimension() -> None:
     rows = usage_rows([day])
     assert summed_by(rows, "gpu-type") == {"K80": 5 * 3600.0, "A100-80GB": 2 * 3600.0}
     assert summed_by(rows, "group") == {"nlp": 4 * 3600.0, "vision": 3 * 3600.0}
+    assert by_group_user(rows) == {
+        ("vision", "ada"): 3600.0,
+        ("vision", "bob"): 7200.0,
+        ("nlp", "cy"): 4 * 3600.0,
+    }
     with pytest.raises(ValueError, match="cannot group by 'colour'"):
         summed_by(rows, "colour")
 

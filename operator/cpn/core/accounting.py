@@ -286,3 +286,11 @@ def summed_by(rows: Sequence[UsageRow], by: str) -> dict[str, float]:
         name = getattr(row, attr)
         out[name] = out.get(name, 0.0) + row.gpu_s
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def by_group_user(rows: Iterable[UsageRow]) -> dict[tuple[str, str], float]:
+    """GPU-seconds per (group, user) of ``rows`` (e.g. for fair share over a window)."""
+    out: dict[tuple[str, str], float] = {}
+    for row in rows:
+        out[(row.group, row.user)] = out.get((row.group, row.user), 0.0) + row.gpu_s
+    return out
