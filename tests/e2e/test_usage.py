@@ -9,8 +9,10 @@ completion), so its end is when its deletion was seen. Why a tolerance of
 ``TOLERANCE_S`` x GPUs per run: the bed's clocks are one machine, but (1) the Jobs' times
 have whole seconds (truncated), (2) the operator counts a run from when it saw all its
 workers running, a moment after the Job controller stamped ``startTime`` (pods scheduled,
-then started by KWOK), and (3) a preempted run ends when the operator decided it, a moment
-before its Job's deletion is seen here.
+then started by KWOK), (3) a run may end when the operator saw its Job succeed (the
+``SuccessCriteriaMet`` condition comes before ``completionTime`` is stamped), and (4) a
+preempted run ends when the operator decided it, a moment before its Job's deletion is
+seen here. Measured on the bed: starts 1.6-2.2 s late, ends within 1 s.
 """
 
 from __future__ import annotations
@@ -251,6 +253,12 @@ def test_usage_equals_the_member_jobs_and_survives_a_restart(hub: Hub) -> None:
                 for name in names
             }
 
+            # the watch here may see the last Job's completion a moment after the operator
+            wait_until(
+                lambda: len([r for r in member_jobs.runs() if r["uid"] in uids]) >= 6,
+                timeout_s=30,
+                what="six member Jobs that ran, seen here",
+            )
             runs = [r for r in member_jobs.runs() if r["uid"] in uids]
             assert len(runs) == 6, [r["job"] for r in runs]  # long twice, 2 shorts, one, pair
             expected = {
