@@ -222,3 +222,11 @@ def test_a_slot_taken_by_a_new_day_moves_its_old_day_to_the_archive_once() -> No
     )
     asyncio.run(again.flush(direct, later + 1800))
     assert store.total_s() == 3600.0 + 1800.0
+
+
+def test_a_retention_past_the_ring_of_slots_is_cut_to_what_it_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=90 * 86400)
+    assert accounting.retention_s == (SLOTS - 2) * 86400
+    assert "CPN_USAGE_RETENTION_DAYS=90 is outside 0..30: runs are kept 30 days" in caplog.text

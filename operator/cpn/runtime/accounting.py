@@ -6,7 +6,8 @@ transition), kept pending in memory and written to the usage store on the hub
 A write that fails (a conflict, an unreachable API server) keeps the batch for the next
 flush; writing a record twice counts it once (records are keyed by AIJob UID, attempt and
 kind). Days whose runs are older than the retention window are rolled up into per-(group,
-user, GPU type, domain) totals, at most once an hour. The counter ``cpn_gpu_hours_total``
+user, GPU type, domain) totals (when the day is written, and every day at most once an
+hour); a day slot taken by a new day first moves the day it held into the archive. The counter ``cpn_gpu_hours_total``
 (by group, user, GPU type) starts from the store's totals when the operator starts and
 grows by each record written, so it agrees with the store across restarts.
 """
@@ -134,7 +135,12 @@ class Accounting:
 
     def __init__(self, gpu_hours: Counter, *, retention_s: float) -> None:
         self.store: UsageStore | None = None
-        self.retention_s = retention_s
+        self.retention_s = min(max(retention_s, 0.0), MAX_RETENTION_S)
+        if self.retention_s != retention_s:
+            log.warning(
+                "CPN_USAGE_RETENTION_DAYS=%g is outside 0..%g: runs are kept %g days",
+                retention_s / DAY_S, MAX_RETENTION_S / DAY_S, self.retention_s / DAY_S,
+            )  # fmt: skip
         self.pending: dict[str, UsageRecord] = {}
         self.loaded = False
         self.written = 0  # records this process added to the store
@@ -205,7 +211,7 @@ class Accounting:
         row_bytes = max([ROW_BYTES, *(len(run_row(r)) for r in usage.runs.values())])
         return rolled_up(
             usage,
-            before_s=now_s - min(self.retention_s, MAX_RETENTION_S),
+            before_s=now_s - self.retention_s,
             budget_bytes=BUDGET_BYTES,
             row_bytes=row_bytes,
         )
