@@ -7,9 +7,10 @@ A write that fails (a conflict, an unreachable API server) keeps the batch for t
 flush; writing a record twice counts it once (records are keyed by AIJob UID, attempt and
 kind). Days whose runs are older than the retention window are rolled up into per-(group,
 user, GPU type, domain) totals (when the day is written, and every day at most once an
-hour); a day slot taken by a new day first moves the day it held into the archive. The counter ``cpn_gpu_hours_total``
-(by group, user, GPU type) starts from the store's totals when the operator starts and
-grows by each record written, so it agrees with the store across restarts.
+hour); a day slot taken by a new day first moves the day it held into the archive. The
+counter ``cpn_gpu_hours_total`` (by group, user, GPU type) starts from the store's totals
+when the operator starts and grows by each record written, so it agrees with the store
+across restarts.
 """
 
 from __future__ import annotations
