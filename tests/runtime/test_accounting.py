@@ -230,3 +230,19 @@ def test_a_retention_past_the_ring_of_slots_is_cut_to_what_it_holds(
     accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=90 * 86400)
     assert accounting.retention_s == (SLOTS - 2) * 86400
     assert "CPN_USAGE_RETENTION_DAYS=90 is outside 0..30: runs are kept 30 days" in caplog.text
+
+
+def test_a_broken_day_is_left_alone_and_the_others_are_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A usage ConfigMap edited into nonsense is named in the log, left out of the totals
+    and not written over; runs of other days are still written."""
+    store = MemoryStore()
+    store.data["cpn-usage-d99"] = ({"format": "1", "day": "never"}, "1")
+    accounting = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    accounting.store = store
+    ended(accounting, "a", 60)
+    assert asyncio.run(accounting.flush(direct, T0 + 3600)) == 1
+    assert store.data["cpn-usage-d99"] == ({"format": "1", "day": "never"}, "1")
+    assert "usage ConfigMap cpn-usage-d99: 'day' is 'never'" in caplog.text
+    assert counted(accounting) == pytest.approx(1.0)

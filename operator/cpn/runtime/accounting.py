@@ -28,6 +28,7 @@ from cpn.api.usage import (
     ARCHIVE,
     BUDGET_BYTES,
     SLOTS,
+    UsageFormatError,
     configmap_name,
     decode,
     decode_archive,
@@ -201,8 +202,8 @@ class Accounting:
                 for day, records in sorted(by_day.items()):
                     added += await self._write_day(call, store, day, records, now_s)
                 if now_s - self._rolled_at >= ROLL_UP_EVERY_S:
+                    self._rolled_at = now_s  # tried again in an hour, even when it fails
                     await self._roll_up_old(call, store, now_s)
-                    self._rolled_at = now_s
                 return added
             except Exception as err:  # noqa: BLE001 - kept pending; retried next flush
                 log.warning("usage not written (%s): retried next cycle", describe(err))
@@ -254,7 +255,11 @@ class Accounting:
         for name, data, version in await call(store.list):
             if name == ARCHIVE:
                 continue
-            usage = decode(name, data)
+            try:
+                usage = decode(name, data)
+            except UsageFormatError as err:
+                log.error("%s; not rolled up (and not written over)", err)
+                continue
             new = self._rolled(usage, now_s)
             if new != usage:
                 await call(store.write, name, encode(new), version)
