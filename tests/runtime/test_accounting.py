@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cpn.api import constants as k
-from cpn.api.usage import ARCHIVE, SLOTS, stored
-from cpn.core.accounting import DayUsage, day_of, day_start_s
+from cpn.api.usage import ARCHIVE, SLOTS, encode, stored
+from cpn.core.accounting import DayUsage, day_of, day_start_s, rolled_up
 from cpn.core.gang import Gang, Verdict
 from cpn.core.policy import Preemption, Retry
 from cpn.runtime import lifecycle
@@ -246,3 +246,52 @@ def test_a_broken_day_is_left_alone_and_the_others_are_written(
     assert store.data["cpn-usage-d99"] == ({"format": "1", "day": "never"}, "1")
     assert "usage ConfigMap cpn-usage-d99: 'day' is 'never'" in caplog.text
     assert counted(accounting) == pytest.approx(1.0)
+
+
+def succeeded_record(uid: str, finish: float) -> Record:
+    record = running(uid, gpus=1, workers=1)
+    return lifecycle.succeeded(record, finish).record
+
+
+def test_after_a_restart_recent_successes_are_written_unless_they_were() -> None:
+    """Killed between an AIJob's Succeeded status and the usage write, its last run would be
+    lost: after the restart the recent successes are written again, the ones the store has
+    counted once."""
+    store = MemoryStore()
+    first = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    first.store = store
+    ended(first, "a", 60)  # a: written before the kill; b: its write lost
+    asyncio.run(first.flush(direct, T0 + 3600))
+    restarted = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    restarted.store = store
+    records = [
+        succeeded_record("a", T0 + 3600),
+        succeeded_record("b", T0 + 1800),
+        succeeded_record("old", T0 - 7200),  # beyond RECOVER_S: not looked at
+        running("c"),  # still running: its run ends later
+    ]
+    assert restarted.recover(records, T0 + 3700) == 2
+    assert asyncio.run(restarted.flush(direct, T0 + 3700)) == 1  # b only
+    (day,) = store.days()
+    assert sorted(r.name for r in day.runs.values()) == ["a", "b"]
+    assert counted(restarted) == pytest.approx(1.0 + 0.5)
+
+
+def test_a_recovered_run_is_dropped_when_its_day_was_rolled_up() -> None:
+    """Rolled-up runs are not known by key any more: a recovered run not among the kept
+    ones might be among them, so it is not written (it was counted, or is lost: never
+    counted twice)."""
+    store = MemoryStore()
+    first = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    first.store = store
+    ended(first, "a", 60)
+    asyncio.run(first.flush(direct, T0 + 3600))
+    (day,) = store.days()
+    name = next(iter(store.data))
+    folded = rolled_up(day, before_s=float("inf"), budget_bytes=10**6, row_bytes=300)
+    store.data[name] = (encode(folded), store.data[name][1])
+    restarted = Accounting(OperatorMetrics().gpu_hours, retention_s=86400)
+    restarted.store = store
+    restarted.recover([succeeded_record("a", T0 + 3600)], T0 + 3700)
+    assert asyncio.run(restarted.flush(direct, T0 + 3700)) == 0
+    assert store.total_s() == 3600.0 and not restarted.pending

@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 ROLL_UP_EVERY_S = 3600.0
 #: Runs are kept one by one at most this long (a day slot is reused after SLOTS days).
 MAX_RETENTION_S = (SLOTS - 2) * DAY_S
+#: After a restart, AIJobs that succeeded this recently have their last run written again
+#: (a no-op when it was written: the key is the same), in case the operator was killed
+#: between their status write and the usage write.
+RECOVER_S = 3600.0
 #: A bound on one encoded run row (long names make it longer; then the real one is used).
 ROW_BYTES = 320
 
@@ -131,6 +135,30 @@ def ended_run(
     )
 
 
+def recovered_run(record: Record, now_s: float) -> UsageRecord | None:
+    """The last run of an AIJob that succeeded within :data:`RECOVER_S` of ``now_s``, from
+    its record as restored from its status (None for any other)."""
+    if record.phase != k.PHASE_SUCCEEDED or record.job is None:
+        return None
+    if not (now_s - RECOVER_S <= record.finish_s <= now_s) or not record.start_s:
+        return None
+    return run_record(
+        uid=record.uid,
+        attempt=record.attempts,
+        outcome="succeeded",
+        namespace=record.namespace,
+        name=record.name,
+        user=record.user,
+        group=record.group,
+        domain=record.domain,
+        gpu_type=record.gpu_type,
+        gpus=record.job.gpus,
+        cluster=record.cluster,
+        start_s=record.start_s,
+        end_s=record.finish_s,
+    )
+
+
 class Accounting:
     """Usage records pending and written; ``store`` is set by the composition root (None:
     accounting is kept in memory only, e.g. in unit tests of the runtime)."""
@@ -144,6 +172,7 @@ class Accounting:
                 retention_s / DAY_S, MAX_RETENTION_S / DAY_S, self.retention_s / DAY_S,
             )  # fmt: skip
         self.pending: dict[str, UsageRecord] = {}
+        self.recovered: set[str] = set()  # keys of pending runs from recovered_run
         self.loaded = False
         self.written = 0  # records this process added to the store
         self._rolled_at = float("-inf")
@@ -156,6 +185,19 @@ class Accounting:
         record = ended_run(before, after, forgotten=forgotten, now_s=now_s)
         if record is not None:
             self.pending.setdefault(record.key, record)
+
+    def recover(self, records: Iterable[Record], now_s: float) -> int:
+        """After a restart (the AIJobs listed): the recent successes' last runs are pending
+        too, unless the retention is shorter than :data:`RECOVER_S` (they may be rolled up
+        already); returns how many."""
+        if self.retention_s < RECOVER_S:
+            return 0
+        found = [r for r in (recovered_run(x, now_s) for x in records) if r is not None]
+        for record in found:
+            if record.key not in self.pending:
+                self.pending[record.key] = record
+                self.recovered.add(record.key)
+        return len(found)
 
     def _count(self, records: Iterable[UsageRecord]) -> None:
         for record in records:
@@ -221,6 +263,7 @@ class Accounting:
     async def _write_day(
         self, call: Call, store: UsageStore, day: str, records: list[UsageRecord], now_s: float
     ) -> int:
+        by_key = [r.key for r in records]
         name = configmap_name(day)
         data, version = await call(store.read, name)
         usage = decode(name, data) if data else DayUsage(day)
@@ -233,12 +276,15 @@ class Accounting:
                 len(records), day, SLOTS, usage.day,
             )  # fmt: skip
             records = []
+        if usage.totals:  # runs of it were rolled up: a recovered run may be among them
+            records = [r for r in records if r.key not in self.recovered or r.key in usage.runs]
         new, added = merged(usage, records)
         new = self._rolled(new, now_s)
         if added or new != usage:
             await call(store.write, name, encode(new), version)
-        for record in records:
-            self.pending.pop(record.key, None)
+        for record in by_key:
+            self.pending.pop(record, None)
+            self.recovered.discard(record)
         self._count(added)
         self.written += len(added)
         return len(added)

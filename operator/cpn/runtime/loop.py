@@ -88,6 +88,8 @@ class Loop:
         await self.membership.connect_members()
         await self.wait_synced()
         self.dispatching.requeue_uncreated()
+        # recent successes whose usage a kill may have lost (runtime/accounting.py)
+        self.state.usage.recover(self.state.store.records.values(), self.state.clock.wall())
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self.state.write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
