@@ -197,6 +197,8 @@ class Accounting:
             if record.key not in self.pending:
                 self.pending[record.key] = record
                 self.recovered.add(record.key)
+        if found:
+            log.info("usage: %d recent success(es) checked against the store", len(found))
         return len(found)
 
     def _count(self, records: Iterable[UsageRecord]) -> None:
