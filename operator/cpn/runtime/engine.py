@@ -23,6 +23,8 @@ so (3) never precedes (2).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -200,6 +202,8 @@ class Runtime:
     async def stop(self) -> None:
         state = self.state
         state.stopping = True
+        with contextlib.suppress(TimeoutError):  # the runs ended since the last cycle
+            await asyncio.wait_for(state.usage.flush(state.call, state.clock.wall()), 10.0)
         state.kick()
         for task in state.write_workers:
             task.cancel()

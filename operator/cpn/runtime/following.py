@@ -37,6 +37,10 @@ class Following:
     def carry_out(self, record: Record, step: lifecycle.Step) -> None:
         """Take a transition's record (onto ``record`` itself: the store and in-flight
         creates hold it) and do what it asks, in order."""
+        forgotten = any(isinstance(e, effects.Forget) for e in step.effects)
+        if step.record is not record or forgotten:  # a run it ends is accounted
+            now = self.state.clock.wall()
+            self.state.usage.saw(record, step.record, forgotten=forgotten, now_s=now)
         if step.record is not record:
             for name in _RECORD_FIELDS:
                 setattr(record, name, getattr(step.record, name))

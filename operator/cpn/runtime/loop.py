@@ -98,6 +98,8 @@ class Loop:
         await self.membership.connect_members()
         await self.wait_synced()
         self.dispatching.requeue_uncreated()
+        # recent successes whose usage a kill may have lost (runtime/accounting.py)
+        self.state.usage.recover(self.state.store.records.values(), self.state.clock.wall())
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self.state.write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
@@ -184,6 +186,7 @@ class Loop:
         self._cycle_end = self.state.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.state.observer.cycle_applied(self._cycle_wall_s)
+        self.state.usage.flush_soon(self.state.call, self.state.clock.wall())
         self._maybe_project()
         return plan
 
