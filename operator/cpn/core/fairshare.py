@@ -213,10 +213,15 @@ NEUTRAL = Standing(group_factor=MappingProxyType({}), user_factor=MappingProxyTy
 def _running_sums(
     usage: Usage, running: Iterable[Running], now_s: float
 ) -> tuple[dict[str, float], dict[str, float]]:
-    groups, users = dict(usage.groups), dict(usage.users)
+    """Decayed GPU-seconds at ``now_s`` (the frame of ``now_s``: no overflow however far
+    ``now_s`` is from the usage's frame), running attempts' use so far included."""
+    rate = LN2 / usage.half_life_s
+    scale = math.exp(min((usage.origin_s - now_s) * rate, 700.0))
+    groups = {key: value * scale for key, value in usage.groups.items()}
+    users = {key: value * scale for key, value in usage.users.items()}
     for item in running:
         job = item.job
-        add = _frame_gpu_s(job.gpus, item.start_s, now_s, usage.origin_s, usage.half_life_s)
+        add = _frame_gpu_s(job.gpus, item.start_s, now_s, now_s, usage.half_life_s)
         if add > 0:
             groups[job.group] = groups.get(job.group, 0.0) + add
             key = user_key(job.group, job.user)
