@@ -3,6 +3,7 @@ cpn.core.fairshare sums the operator's cycle reads, so past usage reorders the q
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from simkit import clusters, tjob
@@ -52,3 +53,20 @@ def test_the_example_policy_file_reads() -> None:
     name, policy = resolve_policy(str(path))
     assert name == "fair-share"
     assert policy.fair_share.weight == 86400.0
+
+
+def test_cli_by_group_adds_the_groups_to_metrics_and_table(capsys) -> None:
+    """``--by-group`` adds ``by_group`` to the JSON and a table of waits to the text."""
+    from simkit import DATA
+
+    from cpn.sim.cli import main
+
+    base = ["--trace", str(DATA / "tiny.csv"), "--clusters", str(DATA / "small-clusters.yaml")]
+    assert main([*base, "--policy", "fifo", "--by-group", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["by_group"]
+    assert groups["dominant"] in groups["groups"]
+    assert sum(g["jobs"] for g in groups["groups"].values()) == 40
+    assert main([*base, "--policy", "fifo", "--by-group"]) == 0
+    out = capsys.readouterr().out
+    assert "waits by group" in out
+    assert groups["dominant"] in out
