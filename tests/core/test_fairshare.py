@@ -64,6 +64,13 @@ def test_order_of_runs_does_not_matter_and_the_frame_may_move() -> None:
     assert at(forward, far) == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_run_of_thousands_of_half_lives_does_not_overflow() -> None:
+    """A 10-day run under a 6-minute half-life is worth g*H/ln2 (its last hours) at its end."""
+    usage = FairShare(360.0)
+    usage.add_run("a", "u", 2.0, 0.0, 10 * 86400.0)
+    assert at(usage, 10 * 86400.0) == pytest.approx(2.0 * 360.0 / LN2, rel=1e-9)
+
+
 def test_view_is_reused_until_something_changes() -> None:
     usage = FairShare(H)
     usage.add_run("a", "u", 1.0, 0.0, 10.0)

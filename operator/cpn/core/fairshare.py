@@ -86,13 +86,16 @@ def _frame_gpu_s(
     gpus: float, start_s: float, end_s: float, origin_s: float, half_s: float
 ) -> float:
     """``gpus`` over [start, end], decayed exactly, in the frame of ``origin_s``:
-    ``gpus * ∫ 2^((τ - origin)/H) dτ``."""
+    ``gpus * ∫ 2^((τ - origin)/H) dτ``. ``end_s`` is at most :data:`REBASE_EXPONENT`
+    half-lives after ``origin_s`` (callers keep it so), so nothing overflows however long
+    the run."""
     if end_s <= start_s or gpus <= 0:
         return 0.0
     rate = LN2 / half_s
-    return (
-        gpus / rate * math.exp((start_s - origin_s) * rate) * math.expm1((end_s - start_s) * rate)
-    )
+    low, high = (start_s - origin_s) * rate, (end_s - origin_s) * rate
+    if high - low < 1.0:  # short: expm1 keeps the digits a difference would lose
+        return gpus / rate * math.exp(low) * math.expm1(high - low)
+    return gpus / rate * (math.exp(high) - math.exp(low))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
