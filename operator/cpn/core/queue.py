@@ -120,7 +120,10 @@ def factor_columns(
     :func:`cpn.core.fairshare.standing`, computed when not given)."""
     policy = snapshot.policy
     fair = standing(snapshot) if fair is None else fair
-    shares = np.asarray([fair.factors(job) for job in jobs], dtype=np.float64).reshape(-1, 3)
+    if fair.group_factor:
+        shares = np.asarray([fair.factors(job) for job in jobs], dtype=np.float64).reshape(-1, 3)
+    else:  # no usage, or a policy that does not read it: every factor is 1
+        shares = np.ones((len(jobs), 3), dtype=np.float64)
     usage = group_usage(snapshot.running)
     now = snapshot.now_s
 
