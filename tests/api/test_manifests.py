@@ -160,6 +160,9 @@ OPERATOR_NEEDS = [
     Access(verb="watch", group="cpn.io", resource="gpubenchmarks"),
     Access(verb="create", group="cpn.io", resource="gpubenchmarks"),
     Access(verb="patch", group="cpn.io", resource="gpubenchmarks/status"),
+    Access(verb="list", group="cpn.io", resource="groupquotas"),
+    Access(verb="watch", group="cpn.io", resource="groupquotas"),
+    Access(verb="patch", group="cpn.io", resource="groupquotas/status", namespace="team-a"),
     Access(verb="list", group="", resource="namespaces"),
     Access(verb="watch", group="", resource="namespaces"),
     Access(verb="create", group="", resource="events", namespace="team-a"),
@@ -189,6 +192,7 @@ OPERATOR_MUST_NOT = [
     Access(verb="update", group="cpn.io", resource="memberclusters"),
     Access(verb="delete", group="cpn.io", resource="gpubenchmarks"),
     Access(verb="patch", group="cpn.io", resource="gpubenchmarks"),
+    Access(verb="patch", group="cpn.io", resource="groupquotas", namespace="team-a"),
     Access(verb="create", group="", resource="pods", namespace="team-a"),
     Access(verb="create", group="batch", resource="jobs", namespace="team-a"),
     Access(verb="patch", group="", resource="namespaces"),
@@ -248,7 +252,7 @@ def test_suffixless_kustomizations_keep_plain_directories_plain() -> None:
 
 
 def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
-    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and the three CRDs."""
+    """Namespace, ServiceAccount, RBAC, Deployment, Service, policy ConfigMap and the four CRDs."""
     kinds = sorted(o["kind"] for o in base)
     for kind in (
         "Namespace",
@@ -267,6 +271,7 @@ def test_base_has_every_part(base: list[dict[str, Any]]) -> None:
         f"{k.AIJOB_PLURAL}.{k.GROUP}",
         f"{k.MEMBER_PLURAL}.{k.GROUP}",
         f"{k.BENCHMARK_PLURAL}.{k.GROUP}",
+        f"groupquotas.{k.GROUP}",
     }
 
 
@@ -532,8 +537,13 @@ def test_api_server_authorizes_exactly_the_operators_calls(hub_with_manifests: T
         assert can_i(tb, "hub", SA_USER, access), access
     for access in OPERATOR_MUST_NOT:
         assert not can_i(tb, "hub", SA_USER, access), access
-    # It updates its own copy of the last good policy, never the admins' policy.
-    for name, answer in (("cpn-policy-last-good", "yes"), ("cpn-policy", "no")):
+    # It updates its own copy of the last good policy and the group bounds, never the admins'
+    # policy.
+    for name, answer in (
+        ("cpn-policy-last-good", "yes"),
+        ("cpn-group-bounds", "yes"),
+        ("cpn-policy", "no"),
+    ):
         asked = kubectl(
             tb,
             "hub",

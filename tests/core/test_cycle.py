@@ -278,6 +278,30 @@ def test_waits_for_a_much_faster_gpu_about_to_free():
     assert hold_of(plan, "a").reason == WaitReason.Waiting
 
 
+@pytest.mark.parametrize("others", [0, 1])
+def test_waits_for_a_faster_gpu_no_longer_than_it_would_save(others: int):
+    """A job waits for the faster GPU only while it has waited less than that GPU would
+    save it; past that it takes the slow GPU that fits now (greedy path with no other
+    job, the MILP's with one more job in the window)."""
+    fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8, free=[0]))
+    slow = cluster("slow", nodes("slow", 2, gpu_type=V100, gpus=8))
+    r = running(job("r", gpus=8), "fast", A100, ("fast-0",), end_s=110000)
+    policy = QueuePolicy(placement=Placement(wait_for_faster=True))
+    extra = [job(f"o{i}", submitted_s=1, runtime_s={V100: 50}) for i in range(others)]
+    a = job("a", runtime_s={A100: 1000, V100: 100000})  # the A100 saves it 99,000 s
+
+    def plan_at(now_s: float) -> tuple[str, ...]:
+        snap = snapshot(
+            jobs=[a, *extra], clusters=[fast, slow], running_jobs=[r], now_s=now_s, policy=policy
+        )
+        return tuple(s.cluster for s in plan_cycle(snap).starts if s.job_key == "a")
+
+    # the A100 frees at 110,000 s: waiting for it is worth it at both instants, but at
+    # 100,000 s the job has already waited longer than the A100 would save it
+    assert plan_at(50000) == ()
+    assert plan_at(100000) == ("slow",)
+
+
 def test_work_conserving_by_default_starts_on_the_slower_gpu():
     """Without wait_for_faster, a job that fits somewhere starts now."""
     fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8, free=[0]))

@@ -65,6 +65,14 @@ class FakeHub:
         """Recorded as ("", name, status), as AIJob status patches are."""
         self.patches.append(("", name, dict(status)))
 
+    def put_group_bounds(self, namespace: str, data: Mapping[str, str]) -> None:
+        """Recorded as ("group-bounds", namespace, data)."""
+        self.patches.append(("group-bounds", namespace, dict(data)))
+
+    def patch_groupquota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Recorded as ("groupquota", "namespace/name", status)."""
+        self.patches.append(("groupquota", f"{namespace}/{name}", dict(status)))
+
 
 @dataclass
 class FakeMemberInfo:

@@ -22,6 +22,7 @@ from cpn.adapters.kube import Informer, call_failed, client_from_kubeconfig, mem
 from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
+from cpn.api.groupquota import BOUNDS_CONFIGMAP, GROUPQUOTA_PLURAL, bounds_configmap
 from cpn.config import OperatorConfig
 from cpn.runtime.ports import MemberUnusable, MemberWatchFn, ProbeFn, SavedPolicy, WatchFn
 
@@ -98,6 +99,32 @@ class KubeHub:
 
     def watch_benchmarks(self, on_event: WatchFn) -> Informer:
         return self._watch_cpn(k.BENCHMARK_PLURAL, on_event)
+
+    # -- delegated quotas (GroupQuotas and the group bounds the admission policy reads) ----
+    def watch_groupquotas(self, on_event: WatchFn) -> Informer:
+        return self._watch_cpn(GROUPQUOTA_PLURAL, on_event)
+
+    def patch_groupquota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                k.GROUP, k.VERSION, namespace, GROUPQUOTA_PLURAL, name, {"status": status}
+            )
+        except ApiException as err:
+            if err.status != 404:  # deleted meanwhile
+                raise call_failed(err) from err
+
+    def put_group_bounds(self, namespace: str, data: Mapping[str, str]) -> None:
+        """Create or replace the ``cpn-group-bounds`` ConfigMap in ``namespace`` (cpn's)."""
+        body = bounds_configmap(namespace, data)
+        try:
+            self.core.replace_namespaced_config_map(BOUNDS_CONFIGMAP, namespace, body)
+        except ApiException as err:
+            if err.status != 404:
+                raise call_failed(err) from err
+            try:
+                self.core.create_namespaced_config_map(namespace, body)
+            except ApiException as err2:
+                raise call_failed(err2) from err2
 
     def create_benchmark(self, body: Mapping[str, Any]) -> None:
         """Create a GPUBenchmark; one that exists already counts as created."""

@@ -11,7 +11,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-#: sub-command -> (module with ``main(argv) -> int``, one-line help)
+ACTION_VERBS = ("cancel", "suspend", "resume", "rerun")  # cpn.cli.actions: one function each
+
+#: sub-command -> (module[:function] with ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cpn.cli.run", "run the operator against the current kubeconfig's cluster (the hub)"),
     "demo": ("cpn.cli.demo", "the whole product on the local test bed: a batch of AIJobs, live"),
@@ -23,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
     "validate": ("cpn.cli.validate", "check AIJob, MemberCluster and policy manifests offline"),
     "replay": ("cpn.cli.replay", "re-plan every cycle of a decision log and report differences"),
+    **{v: (f"cpn.cli.actions:{v}", f"{v} an AIJob, as kubectl would") for v in ACTION_VERBS},
 }
 
 
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"cpn: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    result: int = module.main(rest)
+    module_name, _, function = COMMANDS[name][0].partition(":")
+    module = importlib.import_module(module_name)
+    result: int = getattr(module, function or "main")(rest)
     return result

@@ -231,10 +231,18 @@ class _Cycle:
             found = self.capacity.earliest_fit(job, cand.key, self.now)
             if found is not None:
                 later.append((found[0] - self.now + done, cand))
-        if not later or math.isinf(now_best):
+        if not later or math.isinf(now_best) or not self._patient(job, now_best, cands):
             return None
         wait_done, cand = min(later, key=lambda t: (t[0], t[1].key))
         return cand if wait_done < now_best * (1 - DEFER_MARGIN) else None
+
+    def _patient(self, job: Job, now_best: float, cands: list[Candidate]) -> bool:
+        """Whether ``job`` may still wait for a faster GPU type: only while it has waited
+        less than the fastest candidate would save it over the best that fits now
+        (``now_best``, seconds to complete). So waiting never costs a job more than the
+        faster GPU can give back, however often the GPU it waits for goes to others."""
+        fastest = min(c.transfer_s + c.runtime_s for c in cands)
+        return self.now - job.submit_s < now_best - fastest
 
     def run(self) -> CyclePlan:
         eligible = self._eligible()
@@ -441,6 +449,14 @@ class _Cycle:
             return
         defer_cost: dict[str, float] = {}
         for item in eligible if self.policy.placement.wait_for_faster else ():
+            now_best = min(
+                (c.candidate.transfer_s + c.candidate.runtime_s for c in choices[item.job.key]),
+                default=math.inf,
+            )
+            if math.isfinite(now_best) and not self._patient(
+                item.job, now_best, cands[item.job.key]
+            ):
+                continue  # waited as long as a faster GPU could save it: no deferring
             best = math.inf
             for cand in cands[item.job.key]:
                 found = self.capacity.earliest_fit(item.job, cand.key, self.now, from_empty=True)

@@ -18,6 +18,7 @@ from cpn.core.eta import project_range
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
+from cpn.runtime.delegation import Delegation
 from cpn.runtime.dispatch import Dispatching
 from cpn.runtime.following import Following
 from cpn.runtime.hubwatch import HubWatch
@@ -42,6 +43,7 @@ class Loop:
         hub_watch: HubWatch,
         dispatching: Dispatching,
         benchmarking: Benchmarking,
+        delegation: Delegation | None = None,
     ) -> None:
         self.state = state
         self.writer = writer
@@ -50,6 +52,7 @@ class Loop:
         self.hub_watch = hub_watch
         self.dispatching = dispatching
         self.benchmarking = benchmarking
+        self.delegation = delegation or Delegation(state)
         self.cycles = 0
         self.last_plan: CyclePlan | None = None
         self.last_snapshot: Snapshot | None = None
@@ -85,6 +88,7 @@ class Loop:
             )
         await self.hub_watch.watch_hub()
         self.benchmarking.watch()
+        self.delegation.watch()
         await self.membership.connect_members()
         await self.wait_synced()
         self.dispatching.requeue_uncreated()
@@ -168,6 +172,7 @@ class Loop:
         await self.state.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.dispatching.apply(plan, snapshot, chosen, frees)
         self.benchmarking.after_cycle(snapshot, plan)
+        self.delegation.after_cycle()
         self._cycle_end = self.state.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.state.observer.cycle_applied(self._cycle_wall_s)

@@ -188,6 +188,17 @@ class Hub(Protocol):
 
     def watch_benchmarks(self, on_event: WatchFn) -> Watch: ...
 
+    def watch_groupquotas(self, on_event: WatchFn) -> Watch: ...
+
+    def patch_groupquota_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None: ...
+
+    def put_group_bounds(self, namespace: str, data: Mapping[str, str]) -> None:
+        """Create or replace the ``cpn-group-bounds`` ConfigMap (params of the GroupQuota
+        admission policy) in ``namespace`` (cpn's)."""
+        ...
+
     def create_benchmark(self, body: Mapping[str, Any]) -> None:
         """Create a GPUBenchmark (one that exists counts as created)."""
         ...

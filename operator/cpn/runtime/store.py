@@ -15,8 +15,10 @@ from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.aijobread import AIJobObject, GpuUsage
+from cpn.api.groupquota import bound_group, read_groupquota
 from cpn.api.status import rfc3339
 from cpn.core.capacity import Usage, worker_gpus
+from cpn.core.delegated import Delegated, with_delegated
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
 from cpn.core.fifodue import due_times, resumed_due_s
@@ -147,7 +149,9 @@ class Store:
     def __init__(self, policy: QueuePolicy, estimator: Estimator) -> None:
         self.records: dict[str, Record] = {}
         self._by_uid: dict[str, str] = {}  # uid -> key: member Job events look records up by UID
-        self.policy = policy
+        self.policy = policy  # in force: the policy's, with the GroupQuotas' user quotas
+        self.base_policy = policy  # the policy ConfigMap's
+        self.group_quotas: dict[str, Mapping[str, Any]] = {}  # GroupQuotas by namespace/name
         self.namespaces: dict[str, Mapping[str, str]] = {}  # namespace -> its labels
         self.estimator = estimator
         self.gpu_types: tuple[str, ...] = ()
@@ -222,12 +226,36 @@ class Store:
             self.namespaces.pop(name, None)
         else:
             self.namespaces[name] = dict(labels)
+        if any(key.split("/", 1)[0] == name for key in self.group_quotas):
+            self.policy = with_delegated(self.base_policy, self.delegated())
         self._reown({name})
 
     def set_policy(self, policy: QueuePolicy) -> None:
         """A new policy in force; every record's owner follows its namespace map."""
-        self.policy = policy
+        self.base_policy = policy
+        self.policy = with_delegated(policy, self.delegated())
         self._reown({r.namespace for r in self.records.values()})
+
+    def set_group_quota(self, key: str, body: Mapping[str, Any] | None) -> None:
+        """A GroupQuota (None: it is gone); the users' quotas in force follow
+        (:func:`cpn.core.delegated.with_delegated`)."""
+        if body is None:
+            self.group_quotas.pop(key, None)
+        else:
+            self.group_quotas[key] = body
+        self.policy = with_delegated(self.base_policy, self.delegated())
+
+    def delegated(self) -> list[Delegated]:
+        """Every GroupQuota, read, with the group its namespace is bound to."""
+        return [
+            read_groupquota(body, self.bound_group(key.split("/", 1)[0]))
+            for key, body in sorted(self.group_quotas.items())
+        ]
+
+    def bound_group(self, namespace: str) -> str:
+        """The group ``namespace`` is bound to, "" for none
+        (:func:`cpn.api.groupquota.bound_group`)."""
+        return bound_group(namespace, self.base_policy, self.namespaces.get(namespace))
 
     def _reown(self, namespaces: set[str]) -> None:
         """Records of ``namespaces`` whose owner changed take the new one (an invalid spec
