@@ -147,6 +147,30 @@ def test_without_usage_data_every_factor_is_one() -> None:
     assert standing(snapshot(jobs=jobs, policy=FAIR)).factors(jobs[0]) == (1.0, 1.0, 1.0)
 
 
+def test_the_weight_counts_in_level_formulas_too() -> None:
+    """``weight`` adds to every formula's score, a level's own formula included."""
+    from cpn.core.policy import Level
+
+    levels = (Level(name="all", formula="0 - gpu_time_s"),)
+    policy = QueuePolicy(levels=levels, fair_share=FairSharePolicy(half_life_h=1.0, weight=1e6))
+    usage = FairShare(H)
+    usage.add_run("heavy", "x", 1.0, 0.0, 100.0)
+    jobs = [
+        job("h", group="heavy", user="x", runtime_s=10.0),
+        job("l", group="light", user="y", runtime_s=500.0),
+    ]
+    c = cluster("c", nodes("c", 1, gpus=1))
+    plan = plan_cycle(
+        snapshot(jobs=jobs, clusters=[c], policy=policy, usage=usage.view(), now_s=100.0)
+    )
+    assert [s.job_key for s in plan.starts] == ["l"]
+    plain = replace(policy, fair_share=FairSharePolicy())
+    plan = plan_cycle(
+        snapshot(jobs=jobs, clusters=[c], policy=plain, usage=usage.view(), now_s=100.0)
+    )
+    assert [s.job_key for s in plan.starts] == ["h"]
+
+
 # --- budgets -------------------------------------------------------------------------
 
 MONTH = datetime(2026, 3, 10, tzinfo=UTC).timestamp()
