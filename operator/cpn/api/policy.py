@@ -24,6 +24,7 @@ from cpn.api.policyfields import (
     Invalid,
     Parser,
     PolicyReader,
+    absolute_path,
     boolean,
     choice,
     figure,
@@ -39,6 +40,7 @@ from cpn.core.errors import FieldError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
 from cpn.core.policy import (
     BENCHMARK_MODELS,
+    COPY_TOOLS,
     Aging,
     Benchmarks,
     DataPolicy,
@@ -179,6 +181,13 @@ _BENCHMARKS: Mapping[str, Parser] = {
 _DATA: Mapping[str, Parser] = {
     "locality": boolean,
     "default_cache_gb": number(0.0, MAX_CACHE_GB, nullable=True),
+    "copy_tool": choice(COPY_TOOLS),
+    "copy_dest": absolute_path,
+    "staging_image": _image,
+    "staging_attempts": integer(1, 20),
+    "staging_backoff_s": number(0.0, 86400.0),
+    "staging_timeout_s": number(1.0, 7 * 86400.0),
+    "prepull": boolean,
 }
 _DATA_KEYS = (*_DATA, "cache_gb")
 _QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)

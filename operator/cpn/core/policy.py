@@ -250,11 +250,29 @@ class DataPolicy:
     goes): the baseline the simulator measures locality against. ``cache_gb`` is what
     each member's cache may hold (GB), ``default_cache_gb`` that of a member not listed
     (None = unlimited); beyond it the least recently used inputs no job reads are evicted.
+
+    Staging (:mod:`cpn.runtime.staging`): an input a start moves is copied by a staging Job
+    on the chosen node, running ``staging_image`` (``python -m cpn_workloads.stage``) with
+    ``copy_tool`` into ``copy_dest``/<name@version>; a failed staging is retried after
+    ``staging_backoff_s`` (doubling), at most ``staging_attempts`` times in all; one runs at
+    most ``staging_timeout_s`` (its Job's ``activeDeadlineSeconds``); with
+    ``prepull`` the job's images are pulled onto that node meanwhile.
     """
 
     locality: bool = True
     cache_gb: Mapping[str, float] = field(default_factory=_empty)
     default_cache_gb: float | None = None
+    copy_tool: str = "copy"
+    copy_dest: str = "/var/lib/cpn/data"
+    staging_image: str = "cpn-workloads:0.1.0"
+    staging_attempts: int = 3
+    staging_backoff_s: float = 10.0
+    staging_timeout_s: float = 21600.0
+    prepull: bool = True
+
+
+#: the copy programs a staging Job may run (workloads/cpn_workloads/stage.py)
+COPY_TOOLS = ("copy", "rsync", "rclone")
 
 
 #: the models the benchmark workload measures (workloads/: ``python -m cpn_workloads bench``)

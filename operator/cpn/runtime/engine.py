@@ -38,6 +38,7 @@ from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.loop import Loop
 from cpn.runtime.membership import Membership
 from cpn.runtime.ports import Clock, Hub, Leadership, Member
+from cpn.runtime.staging import Staging
 from cpn.runtime.state import EventPoster, RuntimeState
 from cpn.runtime.store import Record
 
@@ -105,6 +106,11 @@ class Runtime:
         self.hub_watch = HubWatch(state, self.following)
         self.dispatching = Dispatching(state, self.writer, self.following)
         self.benchmarking = Benchmarking(state, self.writer.write_all_soon)
+        self.staging = Staging(state, self.following, self.dispatching.launch)
+        self.dispatching.staging = self.staging
+        self.following.staging_seen = self.staging.seen
+        self.membership.restore_cache = self.staging.restore
+        self.writer.member_cache = self.staging.member_status
         self.scheduler = Loop(
             state,
             writer=self.writer,
@@ -114,6 +120,7 @@ class Runtime:
             dispatching=self.dispatching,
             benchmarking=self.benchmarking,
         )
+        self.scheduler.staging = self.staging
 
     async def run(self) -> None:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
