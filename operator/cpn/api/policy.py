@@ -19,6 +19,7 @@ from typing import Any
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import hint, join
 from cpn.api.policydomains import DOMAIN_KEYS, read_domains
+from cpn.api.policyfairshare import BUDGET_FIELDS, FAIR_SHARE_KEYS, GROUP_BUDGET, read_fair_share
 from cpn.api.policyfields import (
     Invalid,
     Parser,
@@ -93,6 +94,7 @@ _TOP_SECTIONS = (
     "namespaces",
     "domains",
     "data",
+    "fair_share",
 )
 _LEVEL: Mapping[str, Parser] = {
     "name": name_text,
@@ -188,11 +190,11 @@ _DATA: Mapping[str, Parser] = {
     "prepull": boolean,
 }
 _DATA_KEYS = (*_DATA, "cache_gb")
-_QUOTAS = ("groups", "lending", "max_priority")
+_QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)
 _MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
-_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority")
+_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", *GROUP_BUDGET)
 _NAMESPACE = ("user", "group")
 
 #: Every key the document may hold, by section (for docs and tests).
@@ -212,6 +214,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "namespaces.<namespace>": _NAMESPACE,
         "domains.<domain>": DOMAIN_KEYS,
         "data": _DATA_KEYS,
+        "fair_share": FAIR_SHARE_KEYS,
     }
 )
 
@@ -336,13 +339,15 @@ def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:
         default_section = reader.mapping(section["default_user"], default_path, _LIMIT_KEYS)
         default_user = _limit(reader, default_section, default_path)
         _check_within(reader, default_user, limit, default_path)
-    cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY})
+    cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY, **GROUP_BUDGET})
     return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user, **cap)
 
 
 def _quotas(reader: PolicyReader, value: Any) -> Quotas:
     section = reader.mapping(value, "quotas", _QUOTAS)
-    fields = reader.fields(section, "quotas", {"lending": boolean, "max_priority": _MAX_PRIORITY})
+    fields = reader.fields(
+        section, "quotas", {"lending": boolean, "max_priority": _MAX_PRIORITY, **BUDGET_FIELDS}
+    )
     groups = {
         group: _group_quota(reader, item, path)
         for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
@@ -411,6 +416,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         namespaces=_namespaces(reader, top.get("namespaces")),
         domains=read_domains(reader, top.get("domains")),
         data=_data(reader, top.get("data")),
+        fair_share=read_fair_share(reader, top.get("fair_share")),
         **fields,
     )
     _check_placement(reader, policy.placement)

@@ -71,6 +71,9 @@ class GroupQuota:
     users: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
     default_user: Limit | None = None
     max_priority: int | None = None
+    # GPU-hours the group may use per Quotas.budget_period (None = no budget;
+    # cpn.core.fairshare)
+    gpu_hours: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +87,11 @@ class Quotas:
     # for every group without its own; 0 by default, so a job asking more than 0 counts
     # with 0 unless the policy allows it (None = unbounded, written `max_priority: null`)
     max_priority: int | None = 0
+    # GPU-hour budgets (GroupQuota.gpu_hours): the UTC calendar period they are per
+    # (day | week | month), and what a group past its budget gets: ``lowest`` (its jobs rank
+    # below every level) or ``hold`` (they wait, reason Budget). See cpn.core.fairshare.
+    budget_period: str = "month"
+    over_budget: str = "lowest"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +102,17 @@ class Aging:
 
     rate: float = 4.0
     max_wait_s: float | None = 6 * 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FairSharePolicy:
+    """Fair share over time (:mod:`cpn.core.fairshare`): past usage decays with
+    ``half_life_h``; the formula reads the factor as ``fair_share`` (and
+    ``group_fair_share``, ``user_fair_share``). A ``weight`` above 0 adds
+    ``weight * fair_share`` to every formula's score (0: only where a formula names it)."""
+
+    half_life_h: float = 168.0
+    weight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +319,7 @@ class QueuePolicy:
         default_factory=lambda: MappingProxyType({})
     )
     domains: tuple[Domain, ...] = ()  # none: every job may use every node (no domains)
+    fair_share: FairSharePolicy = field(default_factory=FairSharePolicy)
 
     @property
     def queues(self) -> frozenset[str]:
