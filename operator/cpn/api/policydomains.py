@@ -25,7 +25,7 @@ from typing import Any
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import join
 from cpn.api.policyfields import Invalid, Parser, PolicyReader, boolean, names
-from cpn.core.policy import Domain
+from cpn.core.policy import Domain, QueuePolicy
 
 MAX_DOMAINS = 64
 DOMAIN_KEYS = ("clusters", "labels", "queues", "groups", "default")
@@ -95,3 +95,16 @@ def read_domains(reader: PolicyReader, value: Any) -> tuple[Domain, ...]:
     if len(defaults) > 1:
         reader.error("domains", f"only one default domain, got {', '.join(defaults)}")
     return tuple(domains)
+
+
+def check_domain_quotas(reader: PolicyReader, policy: QueuePolicy) -> None:
+    """Report each per-domain group quota (``quotas.groups.G.domains.D``) naming a domain
+    the ``domains`` section does not define."""
+    known = {d.name for d in policy.domains}
+    for group, quota in sorted(policy.quotas.groups.items()):
+        for name in sorted(set(quota.domains) - known):
+            defined = ", ".join(sorted(known)) or "none"
+            reader.error(
+                join(join(join("quotas.groups", group), "domains"), name),
+                f"no domain {name} in the policy's domains (defined: {defined})",
+            )
