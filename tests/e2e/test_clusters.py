@@ -6,14 +6,17 @@ make domain ``fast``, bound to queue ``fast``; group ``vision`` may use at most 
 and the other waits for that quota although the domain's second node is free;
 ``cpn clusters --json`` then shows the real MemberClusters: member-a ready, 8 of 16 GPUs of
 domain fast free, one cpn job running there, figures as of the operator's last probe.
+Who may not list MemberClusters (or AIJobs) is told so, by the hub's real RBAC.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, wait_status
 from tests.e2e.test_domains import A100, FAST_NODES, LABEL, MEMBER, fast_pool_hub
+from tests.e2e.test_security import token_kubeconfig
 from tests.test_json_output import ROOT, run_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -114,3 +118,52 @@ def test_a_domain_quota_holds_a_job_and_cpn_clusters_shows_the_domain(hub: Hub) 
         ).stdout
         line = next(li for li in table.splitlines() if li.startswith(MEMBER))
         assert "fast 8/16" in line and " True " in line
+
+
+def test_who_may_not_list_memberclusters_is_told_and_without_aijobs_jobs_are_unknown(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """RBAC as the hub's API server applies it: a ServiceAccount with no role is refused
+    MemberClusters (one line, exit 1); one that may read MemberClusters but not AIJobs in
+    every namespace sees the clusters with JOBS "?"."""
+    with new_namespace(hub, "clusters-rbac") as ns:
+        hub.kubectl("-n", ns, "create", "serviceaccount", "viewer")
+        config = token_kubeconfig(hub.tb, "hub", ns, "viewer", tmp_path / "viewer.kc")
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "cpn", "clusters", "--kubeconfig", str(config), *args],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=ROOT,
+                timeout=120,
+            )
+
+        refused = run()
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.strip() == (
+            "cpn clusters: you may not list MemberClusters (the cpn-cluster-admin role may)"
+        )
+        role = f"cpn-test-members-{ns}"
+        hub.kubectl(
+            "create", "clusterrole", role, "--verb=list", "--resource=memberclusters.cpn.io"
+        )
+        try:
+            hub.kubectl(
+                "create", "clusterrolebinding", role, f"--clusterrole={role}",
+                f"--serviceaccount={ns}:viewer",
+            )  # fmt: skip
+
+            def rows() -> Any:
+                done = run("--json")
+                return json.loads(done.stdout) if done.returncode == 0 else None
+
+            seen = wait_until(rows, timeout_s=30, every_s=1, what="MemberClusters listed")
+            assert MEMBER in {r["cluster"] for r in seen}
+            assert {r["runningJobs"] for r in seen} == {None}
+            table = run().stdout
+            assert "JOBS ?: you may not list AIJobs in every namespace" in table
+        finally:
+            hub.kubectl("delete", "clusterrolebinding", role, check=False)
+            hub.kubectl("delete", "clusterrole", role, check=False)
