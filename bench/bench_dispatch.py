@@ -26,12 +26,14 @@ from benchbed import (
     UID_LABEL,
     JobWatch,
     aijob,
+    api_requests,
     cpu_delta,
     cpu_seconds,
     gpus_on_bed,
     machine,
     operator_on_bed,
     pyspy,
+    requests_delta,
     wait_until,
 )
 from kubernetes import client
@@ -102,11 +104,13 @@ def main() -> int:
         bodies = [aijob(f"j{i:05d}") for i in range(args.n)]
         spy = pyspy(op.proc.pid, 60, args.profile) if args.profile else None
         cpu0 = cpu_seconds(tb, op.proc.pid)
+        hub0 = api_requests(tb, "hub")
         t0 = time.monotonic()
         uids = op.create_many(namespace, bodies, workers=args.workers)
         applied = time.monotonic()
         done = cpn_watch.wait_for(uids, timeout_s=600)
         cpu_cpn = cpu_delta(cpu0, cpu_seconds(tb, op.proc.pid))
+        hub_calls = requests_delta(hub0, api_requests(tb, "hub"), args.n)
         cpn_watch.stop()
         if spy is not None:
             spy.wait()
@@ -120,6 +124,9 @@ def main() -> int:
             "seen_s": seen_quantiles(cpn_watch, uids, t0),
             "spread": spread,
             "cpu_s": cpu_cpn,
+            # calls to the hub's API server per AIJob until every member Job existed: the
+            # bench's own create (1 "POST aijobs") and the operator's reads and writes
+            "hub_requests_per_aijob": hub_calls,
         }
 
         # Let the member pods settle (all running) so phase 2 runs on a quiet bed too.

@@ -119,6 +119,36 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return dict(sorted(((k, v) for k, v in spent.items() if v >= 0.1), key=lambda kv: -kv[1]))
 
 
+def api_requests(tb: Testbed, cluster: str) -> dict[str, int]:
+    """Requests the API server of ``cluster`` has served so far, by "VERB resource[/sub]"
+    (its own ``apiserver_request_total``): subtract two readings with :func:`requests_delta`
+    to count a phase's calls, e.g. the hub writes per AIJob."""
+    api = tb.api_client(cluster)
+    try:
+        resp = api.call_api("GET", api.configuration.host + "/metrics")
+        resp.read()
+        text = resp.data.decode()
+    finally:
+        api.close()
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        key = f"{labels.get('verb', '?')} {labels.get('resource', '')}"
+        if labels.get("subresource"):
+            key += "/" + labels["subresource"]
+        out[key] = out.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def requests_delta(before: dict[str, int], after: dict[str, int], per: int) -> dict[str, float]:
+    """Per "VERB resource", the calls between two :func:`api_requests` readings divided by
+    ``per`` (0.01 and up), most first."""
+    spent = {k: round((v - before.get(k, 0)) / per, 2) for k, v in after.items()}
+    return dict(sorted(((k, v) for k, v in spent.items() if v >= 0.01), key=lambda kv: -kv[1]))
+
+
 def gpus_on_bed(tb: Testbed) -> int:
     return sum(n.gpus for c in tb.spec.members for n in c.nodes)
 

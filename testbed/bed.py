@@ -49,6 +49,7 @@ from testbed.spec import (
     load_spec,
     ports_problem,
 )
+from testbed.staging import LINKS_FILE, write_links
 
 KWOK_CONFIG = Path(__file__).with_name("kwok") / "kwok.yaml"
 DEFAULT_STATE_DIR = Path("/tmp/cpn-testbed")
@@ -187,6 +188,12 @@ class Testbed:
     def clusters(self) -> tuple[str, ...]:
         """Every cluster name, hub first."""
         return tuple(c.name for c in self.spec.clusters)
+
+    def set_links(self, links: dict[tuple[str, str], float]) -> None:
+        """Set the bed's true link table (Gbit/s between two members, both ways): how fast
+        the simulated staging copies go (testbed/staging.py); cpn never reads it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_links(self.state_dir / LINKS_FILE, links)
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -466,6 +473,7 @@ class Testbed:
                 f"--cluster={name}",
                 f"--port={port('dcgm')}",
                 f"--nodes-file={self.nodes_file}",
+                f"--links-file={self.state_dir / LINKS_FILE}",
             ]
         if component == "prometheus":
             return [

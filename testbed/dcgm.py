@@ -70,6 +70,12 @@ from testbed.spec import (
     benchmark_result,
     load_spec,
 )
+from testbed.staging import (
+    STAGING_LABEL,
+    STAGING_OUTCOME_ANNOTATION,
+    read_links,
+    staging_annotations,
+)
 
 DRIVER_VERSION = "550.90.07"
 DEFAULT_UTIL_PCT = 90.0
@@ -102,6 +108,7 @@ class NodeInfo:
     benchmark_message: str | None = None
     benchmark_speed: float = 1.0
     benchmark_seconds: float = BENCHMARK_SECONDS_PER_MODEL
+    staging_outcome: str = ""  # "Failed": staging pods on it fail (testbed/staging.py)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -156,6 +163,7 @@ def node_from_object(obj: dict[str, Any]) -> NodeInfo | None:
         memory_bytes=parse_quantity(capacity.get("memory")),
         benchmark_message=ann.get(BENCHMARK_MESSAGE_ANNOTATION),
         benchmark_speed=_positive(ann.get(BENCHMARK_SPEED_ANNOTATION), 1.0),
+        staging_outcome=ann.get(STAGING_OUTCOME_ANNOTATION, ""),
         benchmark_seconds=_positive(
             ann.get(BENCHMARK_SECONDS_ANNOTATION), BENCHMARK_SECONDS_PER_MODEL
         ),
@@ -549,12 +557,17 @@ class Watcher:
     """Keeps a ClusterModel in sync with the API server (list, then watch; re-list on error)."""
 
     def __init__(
-        self, model: ClusterModel, kubeconfig: str, gpus: dict[str, GpuModel] | None = None
+        self,
+        model: ClusterModel,
+        kubeconfig: str,
+        gpus: dict[str, GpuModel] | None = None,
+        links_file: Path | None = None,
     ) -> None:
         from kubernetes import client, config
 
         self.model = model
         self.gpus = gpus or {}  # product (NVML name) -> GPU model with the bed's truth
+        self.links_file = links_file  # the bed's true link table (testbed/staging.py)
         self._benchmarked: set[str] = set()  # uids of benchmark pods given their result
         self._api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         self._core = client.CoreV1Api(self._api)
@@ -634,7 +647,13 @@ class Watcher:
                 self._finish_benchmark(uid, obj, pod)
 
     def _finish_benchmark(self, uid: str, obj: dict[str, Any], pod: PodInfo) -> None:
-        notes = benchmark_annotations(obj, self.model.nodes.get(pod.node), self.gpus, time.time())
+        """A benchmark pod's result and end, or a staging pod's end (testbed/staging.py)."""
+        node = self.model.nodes.get(pod.node)
+        notes = benchmark_annotations(obj, node, self.gpus, time.time())
+        if notes is None and STAGING_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
+            failing = node is not None and node.staging_outcome == "Failed"
+            links = read_links(self.links_file)
+            notes = staging_annotations(obj, self.model.cluster, failing, links, time.time())
         if notes is None:
             return
         self._benchmarked.add(uid)
@@ -705,11 +724,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--nodes-file", default=None, help="nodes.yaml with the bed's truth")
+    parser.add_argument("--links-file", default=None, help="the bed's true link table")
     args = parser.parse_args(argv)
     model = ClusterModel(args.cluster)
     spec = load_spec(Path(args.nodes_file) if args.nodes_file else None, port_base=0)
     gpus = {gpu.product: gpu for gpu in spec.gpu_models}
-    watcher = Watcher(model, args.kubeconfig, gpus)
+    links = Path(args.links_file) if args.links_file else None
+    watcher = Watcher(model, args.kubeconfig, gpus, links)
     watcher.start()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(model, watcher, args.port))
     server.daemon_threads = True

@@ -59,6 +59,9 @@ class OperatorConfig:
     """Run only while holding the Lease ``cpn-operator``: one active instance, whether two
     replicas run or a local ``cpn run`` meets a deployed one (false: no election)."""
     lease_duration_s: float = 15.0
+    usage_retention_days: float = 7.0
+    """Runs are kept one by one in the usage store this long after they end, then rolled up
+    into per-day totals by group, user, GPU type and domain (docs/admin-guide.md)."""
     dry_run: bool = False
     """Decide and log, but create no member Jobs."""
     check_plans: bool = False

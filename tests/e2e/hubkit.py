@@ -151,11 +151,13 @@ def running_hub(
     policy: str = TEST_POLICY,
     args: tuple[str, ...] = (),
     supervise: bool = True,
+    bandwidth_gbps: float = 10.0,
     **settings: object,
 ) -> Iterator[Hub]:
-    """Bootstrap the bed with ``policy``, run the operator, stop it (and print its log) after.
-    The decision log is on by default, so a failed test can be replayed and explained."""
-    bootstrap_testbed(tb, policy_yaml=policy)
+    """Bootstrap the bed with ``policy`` (and every MemberCluster's static link figure
+    ``bandwidth_gbps``), run the operator, stop it (and print its log) after. The decision
+    log is on by default, so a failed test can be replayed and explained."""
+    bootstrap_testbed(tb, policy_yaml=policy, bandwidth_gbps=bandwidth_gbps)
     settings.setdefault("decision_log", folder / "decisions.jsonl")
     hub = Hub(tb, folder / "operator.log", args=args, supervise=supervise, **settings)
     try:

@@ -94,6 +94,8 @@ def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> N
             lambda: not orphans(hub.tb), timeout_s=120, interval_s=1, what="no orphaned member Job"
         )
     assert key in doc and doc["bench"] == script.removeprefix("bench_").removesuffix(".py")
+    if script == "bench_dispatch.py":  # the hub's own count of calls: the bench's creates
+        assert doc["cpn"]["hub_requests_per_aijob"].get("POST aijobs", 0) >= 1
     if script == "bench_memory.py":  # the finished ones are not counted as waiting
         assert doc["aijobs"]["pending"] + doc["aijobs"]["running"] == 4
         assert doc["restart"]["to_first_full_cycle_s"] > 0

@@ -21,6 +21,17 @@ LABEL_ATTEMPT: Final = "cpn.io/attempt"
 #: label of cpn's GPU benchmark Jobs and pods: the GPUBenchmark's name (cut to 63)
 LABEL_BENCHMARK: Final = "cpn.io/benchmark"
 LABEL_FENCE: Final = "cpn.io/fence"
+#: label of cpn's staging Jobs and pods (runtime/staging.py): which input they copy, hashed
+LABEL_STAGING: Final = "cpn.io/staging"
+#: label of cpn's image pre-pull Jobs (runtime/staging.py): a hash of image and node
+LABEL_PREPULL: Final = "cpn.io/prepull"
+#: annotations of a staging Job and its pod: what it copies, from where, how many bytes,
+#: its attempt and when cpn predicted it to take
+ANNOTATION_STAGING_INPUT: Final = "cpn.io/staging-input"
+ANNOTATION_STAGING_SOURCE: Final = "cpn.io/staging-source"
+ANNOTATION_STAGING_BYTES: Final = "cpn.io/staging-bytes"
+ANNOTATION_STAGING_ATTEMPT: Final = "cpn.io/staging-attempt"
+ANNOTATION_STAGING_PREDICTED: Final = "cpn.io/staging-predicted-seconds"
 LABEL_MANAGED: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "cpn"
 
@@ -49,6 +60,8 @@ HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 # AIJob phases.
 PHASE_QUEUED: Final = "Queued"
 PHASE_DISPATCHED: Final = "Dispatched"
+#: placed, its inputs being copied to its member (a staging Job); its GPUs are held
+PHASE_STAGING: Final = "Staging"
 PHASE_RUNNING: Final = "Running"
 PHASE_SUCCEEDED: Final = "Succeeded"
 PHASE_FAILED: Final = "Failed"

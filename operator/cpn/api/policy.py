@@ -19,10 +19,12 @@ from typing import Any
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import hint, join
 from cpn.api.policydomains import DOMAIN_KEYS, check_domain_quotas, read_domains
+from cpn.api.policyfairshare import BUDGET_FIELDS, FAIR_SHARE_KEYS, GROUP_BUDGET, read_fair_share
 from cpn.api.policyfields import (
     Invalid,
     Parser,
     PolicyReader,
+    absolute_path,
     boolean,
     choice,
     figure,
@@ -38,6 +40,7 @@ from cpn.core.errors import FieldError, PolicyError
 from cpn.core.fence import MEMBER_LOST_CHOICES
 from cpn.core.policy import (
     BENCHMARK_MODELS,
+    COPY_TOOLS,
     Aging,
     Benchmarks,
     DataPolicy,
@@ -91,6 +94,7 @@ _TOP_SECTIONS = (
     "namespaces",
     "domains",
     "data",
+    "fair_share",
 )
 _LEVEL: Mapping[str, Parser] = {
     "name": name_text,
@@ -177,13 +181,20 @@ _BENCHMARKS: Mapping[str, Parser] = {
 _DATA: Mapping[str, Parser] = {
     "locality": boolean,
     "default_cache_gb": number(0.0, MAX_CACHE_GB, nullable=True),
+    "copy_tool": choice(COPY_TOOLS),
+    "copy_dest": absolute_path,
+    "staging_image": _image,
+    "staging_attempts": integer(1, 20),
+    "staging_backoff_s": number(0.0, 86400.0),
+    "staging_timeout_s": number(1.0, 7 * 86400.0),
+    "prepull": boolean,
 }
 _DATA_KEYS = (*_DATA, "cache_gb")
-_QUOTAS = ("groups", "lending", "max_priority")
+_QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)
 _MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
-_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", "domains")
+_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", "domains", *GROUP_BUDGET)
 _NAMESPACE = ("user", "group")
 
 #: Every key the document may hold, by section (for docs and tests).
@@ -204,6 +215,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "namespaces.<namespace>": _NAMESPACE,
         "domains.<domain>": DOMAIN_KEYS,
         "data": _DATA_KEYS,
+        "fair_share": FAIR_SHARE_KEYS,
     }
 )
 
@@ -335,7 +347,7 @@ def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:
             reader, reader.mapping(item, domain_path, _LIMIT_KEYS), domain_path
         )
         _check_within(reader, domains[domain], limit, domain_path)
-    cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY})
+    cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY, **GROUP_BUDGET})
     return GroupQuota(
         limit=limit,
         users=MappingProxyType(users),
@@ -347,7 +359,9 @@ def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:
 
 def _quotas(reader: PolicyReader, value: Any) -> Quotas:
     section = reader.mapping(value, "quotas", _QUOTAS)
-    fields = reader.fields(section, "quotas", {"lending": boolean, "max_priority": _MAX_PRIORITY})
+    fields = reader.fields(
+        section, "quotas", {"lending": boolean, "max_priority": _MAX_PRIORITY, **BUDGET_FIELDS}
+    )
     groups = {
         group: _group_quota(reader, item, path)
         for group, item, path in reader.entries(section.get("groups"), "quotas.groups", "group")
@@ -416,6 +430,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         namespaces=_namespaces(reader, top.get("namespaces")),
         domains=read_domains(reader, top.get("domains")),
         data=_data(reader, top.get("data")),
+        fair_share=read_fair_share(reader, top.get("fair_share")),
         **fields,
     )
     _check_placement(reader, policy.placement)

@@ -119,6 +119,14 @@ def ident(value: Any) -> str:
     return name
 
 
+def absolute_path(value: Any) -> str:
+    """An absolute path of printable ASCII ("/var/lib/cpn/data"), no ``..`` part."""
+    path = ident(value)
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise Invalid(f"{path!a}: expected an absolute path without '..'")
+    return path
+
+
 def choice(options: tuple[str, ...]) -> Parser:
     def parse(value: Any) -> str:
         if not isinstance(value, str) or value not in options:

@@ -117,7 +117,9 @@ def bootstrap(
     )
 
 
-def bootstrap_testbed(tb: Any, *, policy_yaml: str | None = None) -> None:
+def bootstrap_testbed(
+    tb: Any, *, policy_yaml: str | None = None, bandwidth_gbps: float = 10.0
+) -> None:
     """:func:`bootstrap` for every member of a running :class:`testbed.bed.Testbed`."""
     bootstrap(
         tb.kubectl,
@@ -125,6 +127,7 @@ def bootstrap_testbed(tb: Any, *, policy_yaml: str | None = None) -> None:
         {m: tb.kubeconfig(m) for m in tb.members},
         prometheus={m: tb.prometheus_url(m) for m in tb.members},
         policy_yaml=policy_yaml,
+        bandwidth_gbps=bandwidth_gbps,
     )
 
 

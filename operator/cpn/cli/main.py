@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),
     "validate": ("cpn.cli.validate", "check AIJob, MemberCluster and policy manifests offline"),
     "replay": ("cpn.cli.replay", "re-plan every cycle of a decision log and report differences"),
+    "usage": ("cpn.cli.usage", "GPU-hours used per group, user, GPU type or domain (accounting)"),
     **{v: (f"cpn.cli.actions:{v}", f"{v} an AIJob, as kubectl would") for v in ACTION_VERBS},
 }
 

@@ -42,6 +42,7 @@ from functools import partial
 from cpn.core import reasons
 from cpn.core.candidates import candidates, in_order
 from cpn.core.capacity import Capacity, worker_gpus
+from cpn.core.fairshare import HOLD, lowest_level, standing
 from cpn.core.model import (
     CyclePlan,
     Hold,
@@ -92,6 +93,7 @@ class _Cycle:
         self.now = snapshot.now_s
         self.capacity = Capacity.from_snapshot(snapshot)
         self.quota = QuotaLedger(self.policy, snapshot.running)
+        self.fair = standing(snapshot)
         self.starts: list[Start] = []
         self.holds: list[Hold] = []
         self.stats = SolveStats()
@@ -117,11 +119,19 @@ class _Cycle:
             elif job.not_before_s > self.now:
                 wait = job.not_before_s - self.now
                 self._hold(job, WaitReason.Backoff, reasons.backoff(job, wait))
+            elif self.policy.quotas.over_budget == HOLD and job.group in self.fair.over_budget:
+                self._hold(job, WaitReason.Budget, self._over_budget(job))
             elif not self.capacity.ever_fits_somewhere(job):
                 self._hold(job, WaitReason.Infeasible, reasons.infeasible(job, self.snapshot))
             else:
                 out.append(job)
         return out
+
+    def _over_budget(self, job: Job) -> str:
+        quota = self.policy.quotas.groups[job.group]
+        used = self.fair.period_gpu_s.get(job.group, 0.0)
+        period = self.policy.quotas.budget_period
+        return reasons.over_budget(job.group, used, quota.gpu_hours or 0.0, period)
 
     def _hold(
         self,
@@ -133,6 +143,8 @@ class _Cycle:
         reserved_start_s: float | None = None,
     ) -> None:
         self.walked.add(job.key)
+        if ranked is not None and ranked.level == lowest_level(self.policy):
+            message += reasons.at_lowest(job.group)
         self.holds.append(
             Hold(
                 job_key=job.key,
@@ -234,7 +246,7 @@ class _Cycle:
 
     def run(self) -> CyclePlan:
         eligible = self._eligible()
-        ranked = order_jobs(eligible, self.snapshot, self.capacity.gpu_types())
+        ranked = order_jobs(eligible, self.snapshot, self.capacity.gpu_types(), self.fair)
         window = self.policy.placement.window
         self.reservations.position = {item.job.key: i for i, item in enumerate(ranked)}
         cands = self.cands  # the memo the reservations read too: filled in place

@@ -57,6 +57,7 @@ class Focus:
 
     def __init__(self, state: Snapshot, jobs: Sequence[Job]) -> None:
         from cpn.core.candidates import candidates
+        from cpn.core.fairshare import LOWEST, lowest_level, standing
         from cpn.core.queue import effective_priority, factor_columns, level_of
 
         policy = state.policy
@@ -84,6 +85,10 @@ class Focus:
             ],
             dtype=np.int64,
         )
+        over = standing(state).over_budget if policy.quotas.over_budget == LOWEST else ()
+        for i, job in enumerate(self.jobs):  # ranked below every level (cpn.core.fairshare)
+            if job.group in over:
+                self.level[i] = lowest_level(policy)
         by_key = sorted(range(n), key=lambda i: self.jobs[i].key)
         self.key_rank = np.empty(n, dtype=np.int64)
         self.key_rank[by_key] = np.arange(n)

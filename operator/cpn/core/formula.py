@@ -80,6 +80,11 @@ FACTORS: Mapping[str, str] = MappingProxyType(
         "attempts": "attempts already made (0 for a new job)",
         "unseen": "1 if the predictor never saw the job's model, else 0",
         "aging": "the policy's aging.rate constant (same for every job)",
+        "fair_share": "2^-(r_group + r_user)/2 in (0, 1]: r = recent decayed usage of the job's "
+        "group and user over their share; 1 = used nothing, 0.5 = used exactly its share "
+        "(cpn.core.fairshare)",
+        "group_fair_share": "2^-r_group in (0, 1]: the group's part of fair_share",
+        "user_fair_share": "2^-r_user in (0, 1]: the user's part of fair_share",
         "size": "alias of gpus",
     }
 )

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from cpn.core.fairshare import Usage
     from cpn.core.policy import QueuePolicy
 
 
@@ -40,6 +41,7 @@ class WaitReason(StrEnum):
     Window = "Window"  # beyond the window the placement looked at
     Backoff = "Backoff"  # a failed attempt waits before retrying
     Suspended = "Suspended"
+    Budget = "Budget"  # its group is past its GPU-hour budget (quotas.over_budget: hold)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +221,8 @@ class Snapshot:
     )
     # cluster -> its data cache (cpn.core.datacache); a cluster absent holds nothing
     data_cache: Mapping[str, ClusterCache] = field(default_factory=lambda: MappingProxyType({}))
+    # past usage for fair share and budgets (cpn.core.fairshare); None: none known
+    usage: Usage | None = None
 
     def link_gbps(self, src: str, dst: str) -> float | None:
         """Bandwidth between two clusters (symmetric); None when no link."""

@@ -73,6 +73,9 @@ class GroupQuota:
     max_priority: int | None = None
     # domain -> the group's limit for its jobs in that domain (inside ``limit``)
     domains: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
+    # GPU-hours the group may use per Quotas.budget_period (None = no budget;
+    # cpn.core.fairshare)
+    gpu_hours: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +89,11 @@ class Quotas:
     # for every group without its own; 0 by default, so a job asking more than 0 counts
     # with 0 unless the policy allows it (None = unbounded, written `max_priority: null`)
     max_priority: int | None = 0
+    # GPU-hour budgets (GroupQuota.gpu_hours): the UTC calendar period they are per
+    # (day | week | month), and what a group past its budget gets: ``lowest`` (its jobs rank
+    # below every level) or ``hold`` (they wait, reason Budget). See cpn.core.fairshare.
+    budget_period: str = "month"
+    over_budget: str = "lowest"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +104,17 @@ class Aging:
 
     rate: float = 4.0
     max_wait_s: float | None = 6 * 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FairSharePolicy:
+    """Fair share over time (:mod:`cpn.core.fairshare`): past usage decays with
+    ``half_life_h``; the formula reads the factor as ``fair_share`` (and
+    ``group_fair_share``, ``user_fair_share``). A ``weight`` above 0 adds
+    ``weight * fair_share`` to every formula's score (0: only where a formula names it)."""
+
+    half_life_h: float = 168.0
+    weight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,11 +252,29 @@ class DataPolicy:
     goes): the baseline the simulator measures locality against. ``cache_gb`` is what
     each member's cache may hold (GB), ``default_cache_gb`` that of a member not listed
     (None = unlimited); beyond it the least recently used inputs no job reads are evicted.
+
+    Staging (:mod:`cpn.runtime.staging`): an input a start moves is copied by a staging Job
+    on the chosen node, running ``staging_image`` (``python -m cpn_workloads.stage``) with
+    ``copy_tool`` into ``copy_dest``/<name@version>; a failed staging is retried after
+    ``staging_backoff_s`` (doubling), at most ``staging_attempts`` times in all; one runs at
+    most ``staging_timeout_s`` (its Job's ``activeDeadlineSeconds``); with
+    ``prepull`` the job's images are pulled onto that node meanwhile.
     """
 
     locality: bool = True
     cache_gb: Mapping[str, float] = field(default_factory=_empty)
     default_cache_gb: float | None = None
+    copy_tool: str = "copy"
+    copy_dest: str = "/var/lib/cpn/data"
+    staging_image: str = "cpn-workloads:0.1.0"
+    staging_attempts: int = 3
+    staging_backoff_s: float = 10.0
+    staging_timeout_s: float = 21600.0
+    prepull: bool = True
+
+
+#: the copy programs a staging Job may run (workloads/cpn_workloads/stage.py)
+COPY_TOOLS = ("copy", "rsync", "rclone")
 
 
 #: the models the benchmark workload measures (workloads/: ``python -m cpn_workloads bench``)
@@ -284,6 +321,7 @@ class QueuePolicy:
         default_factory=lambda: MappingProxyType({})
     )
     domains: tuple[Domain, ...] = ()  # none: every job may use every node (no domains)
+    fair_share: FairSharePolicy = field(default_factory=FairSharePolicy)
 
     @property
     def queues(self) -> frozenset[str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from cpn.core.fairshare import OVER_BUDGET_LEVEL, Standing, lowest_level, standing
 from cpn.core.formula import compile_formula
 from cpn.core.model import Job, Running, Snapshot
 from cpn.core.policy import Level, QueuePolicy
@@ -110,10 +111,19 @@ def group_usage(running: Sequence[Running]) -> dict[str, float]:
 
 
 def factor_columns(
-    jobs: Sequence[Job], snapshot: Snapshot, gpu_types: frozenset[str]
+    jobs: Sequence[Job],
+    snapshot: Snapshot,
+    gpu_types: frozenset[str],
+    fair: Standing | None = None,
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """The formula's named factors, one array entry per job."""
+    """The formula's named factors, one array entry per job (``fair``: the snapshot's
+    :func:`cpn.core.fairshare.standing`, computed when not given)."""
     policy = snapshot.policy
+    fair = standing(snapshot) if fair is None else fair
+    if fair.group_factor:
+        shares = np.asarray([fair.factors(job) for job in jobs], dtype=np.float64).reshape(-1, 3)
+    else:  # no usage, or a policy that does not read it: every factor is 1
+        shares = np.ones((len(jobs), 3), dtype=np.float64)
     usage = group_usage(snapshot.running)
     now = snapshot.now_s
 
@@ -143,6 +153,9 @@ def factor_columns(
         "attempts": column([float(job.attempts) for job in jobs]),
         "unseen": column([1.0 if job.estimate.unseen else 0.0 for job in jobs]),
         "aging": np.full(len(jobs), policy.aging.rate, dtype=np.float64),
+        "fair_share": shares[:, 0].copy(),
+        "group_fair_share": shares[:, 1].copy(),
+        "user_fair_share": shares[:, 2].copy(),
     }
 
 
@@ -155,6 +168,7 @@ def _formula_scores(
 ) -> npt.NDArray[np.float64]:
     scores = compile_formula(policy.formula).evaluate(columns)
     overrides = [lv.formula for lv in policy.levels]
+    weight = policy.fair_share.weight
     if any(overrides):
         levels = np.asarray(
             [level_of(job, policy.levels, effective_priority(job, policy)) for job in jobs]
@@ -162,6 +176,8 @@ def _formula_scores(
         for index, text in enumerate(overrides):
             if text and (levels == index).any():
                 scores = np.where(levels == index, compile_formula(text).evaluate(columns), scores)
+    if weight:
+        scores = scores + weight * columns["fair_share"]
     return scores
 
 
@@ -200,20 +216,28 @@ ORDERINGS: dict[str, Scorer] = {
 
 
 def order_jobs(
-    jobs: Sequence[Job], snapshot: Snapshot, gpu_types: frozenset[str] = frozenset()
+    jobs: Sequence[Job],
+    snapshot: Snapshot,
+    gpu_types: frozenset[str] = frozenset(),
+    fair: Standing | None = None,
 ) -> list[Ranked]:
-    """Rank ``jobs`` under the snapshot's policy: a total, stable order."""
+    """Rank ``jobs`` under the snapshot's policy: a total, stable order (``fair``: the
+    snapshot's :func:`cpn.core.fairshare.standing`, computed when not given)."""
     if not jobs:
         return []
     policy: QueuePolicy = snapshot.policy
-    columns = factor_columns(jobs, snapshot, gpu_types)
+    fair = standing(snapshot) if fair is None else fair
+    columns = factor_columns(jobs, snapshot, gpu_types, fair)
     scores = ORDERINGS[policy.ordering](jobs, columns, policy)
     scores = np.nan_to_num(scores, nan=0.0, posinf=1e300, neginf=-1e300)
     ranked = []
+    lowest = policy.quotas.over_budget == "lowest" and fair.over_budget
     for index, job in enumerate(jobs):
         priority = effective_priority(job, policy)
         level = level_of(job, policy.levels, priority) if policy.levels else 0
         name = policy.levels[level].name if policy.levels else ""
+        if lowest and job.group in fair.over_budget:  # below every level (cpn.core.fairshare)
+            level, name = lowest_level(policy), OVER_BUDGET_LEVEL
         ranked.append(
             Ranked(job=job, level=level, level_name=name, score=float(scores[index]), index=index)
         )

@@ -115,3 +115,16 @@ def beside_alone(job: Job) -> str:
         f"needs {need(job)}; the free GPUs that would hold it are on nodes where the first "
         "job of a model runs alone (for a clean measurement) until it ends"
     )
+
+
+def over_budget(group: str, used_gpu_s: float, budget_h: float, period: str) -> str:
+    """The job's group used its GPU-hour budget of the period (quotas.over_budget: hold)."""
+    return (
+        f"group {group} used {used_gpu_s / 3600:.1f} of its {budget_h:g} GPU-hour budget "
+        f"this {period}; its jobs wait for the next {period}"
+    )
+
+
+def at_lowest(group: str) -> str:
+    """Appended to why a job of an over-budget group waits (quotas.over_budget: lowest)."""
+    return f"; group {group} is past its GPU-hour budget: its jobs run at the lowest level"

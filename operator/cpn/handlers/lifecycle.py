@@ -12,6 +12,7 @@ from cpn.adapters import lease
 from cpn.adapters.clock import SystemClock
 from cpn.adapters.hub import KubeHub
 from cpn.adapters.kube import hub_client
+from cpn.adapters.usagestore import KubeUsageStore
 from cpn.config import load_config
 from cpn.runtime.engine import Runtime
 from cpn.runtime.state import WRITE_WORKERS
@@ -36,13 +37,15 @@ async def operator_started(
     # Watches are re-established at least this often (fresh resourceVersions).
     settings.watching.server_timeout = 120
     settings.networking.request_timeout = 60
+    api = hub_client()
     runtime = Runtime(
         config,
-        KubeHub(hub_client(), config, threads=config.dispatch_workers + WRITE_WORKERS),
+        KubeHub(api, config, threads=config.dispatch_workers + WRITE_WORKERS),
         build_estimator(config.history_db, config.predictor_artifact),
         clock=SystemClock(),
         leadership=lease.LeaseLeadership(),
     )
+    runtime.state.usage.store = KubeUsageStore(api, config.namespace)
     memo.runtime = runtime
     memo.loop_task = asyncio.create_task(runtime.run(), name="cpn-scheduler")
     memo.sweep_task = asyncio.create_task(_sweeper(runtime), name="cpn-sweeper")

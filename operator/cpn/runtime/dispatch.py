@@ -9,7 +9,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpn.api import constants as k
 from cpn.api.jobs import render_job
@@ -24,6 +24,9 @@ from cpn.runtime.ports import CallFailed, Member, describe
 from cpn.runtime.state import RuntimeState, quiet
 from cpn.runtime.status import queue_of
 from cpn.runtime.store import Record, preempted
+
+if TYPE_CHECKING:
+    from cpn.runtime.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,8 @@ class Dispatching:
         self.writer = writer
         self.following = following
         self._held: set[tuple[str, str]] = set()  # (record, member) held for a lost member
+        # set by the engine: inputs to copy first (runtime/staging.py)
+        self.staging: Staging | None = None
 
     def requeue_lost(self) -> None:
         """Jobs on a member not ready for the member timeout (the policy's, read now) go
@@ -192,9 +197,11 @@ class Dispatching:
         others = tuple(e for e in step.effects if not isinstance(e, effects.CreateJob))
         self.following.carry_out(record, lifecycle.Step(step.record, others))
         for create in creates:
-            self._launch(record, member, start, create)
+            if self.staging is not None and self.staging.begin(record, member, start, create):
+                continue  # created once its inputs are there
+            self.launch(record, member, start, create)
 
-    def _launch(
+    def launch(
         self, record: Record, member: Member, start: Start, create: effects.CreateJob
     ) -> None:
         """Render the member Job of a dispatched record and create it in the background."""

@@ -23,6 +23,8 @@ so (3) never precedes (2).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,7 @@ from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.loop import Loop
 from cpn.runtime.membership import Membership
 from cpn.runtime.ports import Clock, Hub, Leadership, Member
+from cpn.runtime.staging import Staging
 from cpn.runtime.state import EventPoster, RuntimeState
 from cpn.runtime.store import Record
 
@@ -105,6 +108,11 @@ class Runtime:
         self.hub_watch = HubWatch(state, self.following)
         self.dispatching = Dispatching(state, self.writer, self.following)
         self.benchmarking = Benchmarking(state, self.writer.write_all_soon)
+        self.staging = Staging(state, self.following, self.dispatching.launch)
+        self.dispatching.staging = self.staging
+        self.following.staging_seen = self.staging.seen
+        self.membership.restore_cache = self.staging.restore
+        self.writer.member_cache = self.staging.member_status
         self.scheduler = Loop(
             state,
             writer=self.writer,
@@ -114,6 +122,7 @@ class Runtime:
             dispatching=self.dispatching,
             benchmarking=self.benchmarking,
         )
+        self.scheduler.staging = self.staging
 
     async def run(self) -> None:
         """Cycle whenever kicked (debounced), and every ``interval_s`` at least."""
@@ -193,6 +202,8 @@ class Runtime:
     async def stop(self) -> None:
         state = self.state
         state.stopping = True
+        with contextlib.suppress(TimeoutError):  # the runs ended since the last cycle
+            await asyncio.wait_for(state.usage.flush(state.call, state.clock.wall()), 10.0)
         state.kick()
         for task in state.write_workers:
             task.cancel()

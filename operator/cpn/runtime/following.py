@@ -6,7 +6,7 @@ owns them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -31,10 +31,16 @@ class Following:
     def __init__(self, state: RuntimeState) -> None:
         self.state = state
         self._stale_told: set[tuple[str, str]] = set()  # stale Jobs whose result was told
+        # set by the engine: a staging Job's event goes to runtime/staging.py
+        self.staging_seen: Callable[[Member, str, Mapping[str, Any]], None] | None = None
 
     def carry_out(self, record: Record, step: lifecycle.Step) -> None:
         """Take a transition's record (onto ``record`` itself: the store and in-flight
         creates hold it) and do what it asks, in order."""
+        forgotten = any(isinstance(e, effects.Forget) for e in step.effects)
+        if step.record is not record or forgotten:  # a run it ends is accounted
+            now = self.state.clock.wall()
+            self.state.usage.saw(record, step.record, forgotten=forgotten, now_s=now)
         if step.record is not record:
             for name in _RECORD_FIELDS:
                 setattr(record, name, getattr(step.record, name))
@@ -86,6 +92,12 @@ class Following:
         labels = (job.get("metadata") or {}).get("labels") or {}
         if k.LABEL_BENCHMARK in labels:  # a GPUBenchmark's Job (runtime/benchmarks.py)
             self.state.kick()
+            return
+        if k.LABEL_PREPULL in labels:  # an image pre-pull Job: nothing to follow
+            return
+        if k.LABEL_STAGING in labels:  # a staging Job (runtime/staging.py)
+            if self.staging_seen is not None:
+                self.staging_seen(member, event, job)
             return
         uid = labels.get(k.LABEL_UID, "")
         attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)

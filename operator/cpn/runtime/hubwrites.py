@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cpn.api import constants as k
@@ -40,6 +40,8 @@ class HubWrites:
         self._task: asyncio.Task[None] | None = None  # the write_all in the background
         self._write_again = False
         self._member_written: dict[tuple[str, str], dict[str, Any]] = {}
+        # set by the engine: a member's status.cache (runtime/staging.py)
+        self.member_cache: Callable[[str], dict[str, Any]] | None = None
         # Per AIJob key, the wall time its refresh is due (moved only to an earlier time),
         # kept in a heap (stale entries skipped) behind one loop timer for the earliest:
         # 10,000 waiting AIJobs cost a dict entry and a tuple each, not a timer each.
@@ -282,6 +284,8 @@ class HubWrites:
             status["gpusFree"] = sum(r["gpusFree"] for r in types.values())
             status["nodes"] = len(view.nodes)
             status["types"] = ",".join(sorted(types))
+            if self.member_cache is not None:  # runtime/staging.py
+                status["cache"] = self.member_cache(name)
         source = self.state.metrics.get(name)
         conditions_extra = []
         if source is not None:

@@ -10,6 +10,8 @@ import contextlib
 import gc
 import logging
 import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from cpn.api import constants as k
 from cpn.core.check import check_plan
@@ -25,6 +27,9 @@ from cpn.runtime.hubwatch import HubWatch
 from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.membership import Membership
 from cpn.runtime.state import WRITE_WORKERS, RuntimeState
+
+if TYPE_CHECKING:
+    from cpn.runtime.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ class Loop:
         self._eta_at = 0.0
         self._eta_wall_s = 0.0  # how long the last ETA projection took
         self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
+        self.staging: Staging | None = None  # set by the engine (runtime/staging.py)
         self._cycle_end = 0.0
         self._heap_frozen = False  # freeze_heap() ran (once, after the first cycle)
 
@@ -92,6 +98,8 @@ class Loop:
         await self.membership.connect_members()
         await self.wait_synced()
         self.dispatching.requeue_uncreated()
+        # recent successes whose usage a kill may have lost (runtime/accounting.py)
+        self.state.usage.recover(self.state.store.records.values(), self.state.clock.wall())
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self.state.write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
@@ -141,6 +149,9 @@ class Loop:
             deadline = record.dispatch_s + timeout_s
             if record.phase == k.PHASE_DISPATCHED and record.dispatch_s and deadline > now:
                 wait = min(wait, deadline - now + 0.05)
+        retry = self.staging.next_wake_s(now) if self.staging is not None else None
+        if retry is not None:  # a staging's back-off ends
+            wait = min(wait, retry + 0.05)
         return max(wait, 0.0)
 
     async def cycle(self) -> CyclePlan:
@@ -150,8 +161,7 @@ class Loop:
         self.dispatching.requeue_lost()
         self.following.start_deadlines()
         self.dispatching.drained()
-        clusters, bandwidth = self.membership.clusters_view()
-        snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
+        snapshot = self.snapshot()
         plan, wall, chosen, frees = await asyncio.to_thread(_plan_and_explain, snapshot)
         if self.state.config.check_plans:
             for violation in check_plan(plan, snapshot):
@@ -176,8 +186,21 @@ class Loop:
         self._cycle_end = self.state.clock.monotonic()
         self._cycle_wall_s = time.perf_counter() - began
         self.state.observer.cycle_applied(self._cycle_wall_s)
+        self.state.usage.flush_soon(self.state.call, self.state.clock.wall())
         self._maybe_project()
         return plan
+
+    def snapshot(self) -> Snapshot:
+        """The cycle's input: the members as seen now, their links' bandwidth (learned where
+        stagings measured it) and their data caches (runtime/staging.py)."""
+        clusters, bandwidth = self.membership.clusters_view()
+        if self.staging is not None:
+            self.staging.tick()
+            bandwidth = self.staging.bandwidth(bandwidth)
+        snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
+        if self.staging is not None:
+            snapshot = replace(snapshot, data_cache=self.staging.data_cache())
+        return snapshot
 
     def _maybe_project(self) -> None:
         """Refresh ETAs in the background, at most every ``eta_interval_s``."""
@@ -193,8 +216,7 @@ class Loop:
 
     async def refresh_etas(self) -> None:
         """Project the queue forward from now (after this cycle's starts) and write ETAs."""
-        clusters, bandwidth = self.membership.clusters_view()
-        snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
+        snapshot = self.snapshot()
         if not snapshot.pending:
             return
         started = self.state.clock.monotonic()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpn.api import constants as k
@@ -34,6 +34,8 @@ class Membership:
         self.writer = writer
         self.following = following
         self._probe_ready: dict[str, bool] = {}  # the verdict the last probe result gave
+        # set by the engine: a member's cache read back from its status (runtime/staging.py)
+        self.restore_cache: Callable[[str, Any], None] | None = None
 
     async def member_event(self, event: str, body: Mapping[str, Any]) -> None:
         """A MemberCluster was added, changed or removed."""
@@ -51,6 +53,8 @@ class Membership:
             self.state.kick()
             return
         spec = body.get("spec") or {}
+        if self.restore_cache is not None:  # its cache as its status listed it (staging.py)
+            self.restore_cache(name, body.get("status"))
         try:
             member = await self.state.call(
                 self.state.hub.connect_member,
@@ -299,6 +303,8 @@ class Membership:
                 labels = (job.get("metadata") or {}).get("labels") or {}
                 if k.LABEL_BENCHMARK in labels:
                     continue  # a GPUBenchmark's Job: it ends by itself and is kept
+                if k.LABEL_STAGING in labels or k.LABEL_PREPULL in labels:
+                    continue  # a staging or pre-pull Job: runtime/staging.py, Kubernetes' TTL
                 record = self.state.store.by_uid(labels.get(k.LABEL_UID, ""))
                 attempt = int(labels.get(k.LABEL_ATTEMPT, "0") or 0)
                 why = why_stale(record, member.name, name, attempt)

@@ -195,6 +195,13 @@ class OperatorMetrics:
             "AIJobs whose status is due and not yet written",
             registry=r,
         )
+        self.gpu_hours = Counter(
+            "cpn_gpu_hours",
+            "GPU-hours of ended runs (preempted fragments included) as stored in the usage "
+            "store on the hub, per group, user and GPU type (runtime/accounting.py)",
+            ["group", "user", "gpu_type"],
+            registry=r,
+        )
         self._labels: dict[int, set[tuple[str, ...]]] = defaultdict(set)
 
     # -- per cycle -----------------------------------------------------------------------------

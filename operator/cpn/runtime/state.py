@@ -25,6 +25,7 @@ from cpn.core.fence import member_timeout
 from cpn.core.health import Probes
 from cpn.core.model import Cluster, Job
 from cpn.core.policy import QueuePolicy
+from cpn.runtime.accounting import Accounting
 from cpn.runtime.metrics import Observer
 from cpn.runtime.ports import Clock, Hub, Leadership, Member, MetricsSource, Watch
 from cpn.runtime.store import Record, Store
@@ -88,6 +89,10 @@ class RuntimeState:
         # what it is to learn before the next cycle: (job, GPU type, runtime, AIJob key)
         self.to_learn: list[tuple[Job, str, float, str]] = []
         self.observer.metrics.status_writes_pending.set_function(self.writes.statuses)
+        # GPU-hour accounting (runtime/accounting.py): runs ended, written once per cycle
+        self.usage = Accounting(
+            self.observer.metrics.gpu_hours, retention_s=config.usage_retention_days * 86400.0
+        )
         # the slow-node rule's verdict (runtime/benchmarks.py): the members with slow nodes
         # (core.benchmarks.slow_nodes), for the MemberClusters' SlowNodes condition
         self.slow_nodes: dict[str, tuple[SlowNode, ...]] = {}

@@ -85,6 +85,7 @@ def render_status(
         "fifoDue": rfc3339(record.fifo_due_s),
     }
     status.update(preemption_status(record))
+    status["staging"] = staging_status(record)
     if not waiting:
         status.update(usage_status(record.gpu_usage))
     if job and job.estimate.high_s:
@@ -92,7 +93,7 @@ def render_status(
             t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
         }
     eta_finish = record.eta_finish_s if waiting else None
-    if record.phase in {k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
+    if record.phase in {k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
         began = record.start_s or record.dispatch_s
         eta_finish = began + record.transfer_s + record.predicted_runtime_s
     status["estimatedFinish"] = rfc3339(eta_finish)
@@ -231,3 +232,15 @@ def explanation(record: Record, status: Mapping[str, Any], now_s: float) -> str:
             )
         parts.append(text)
     return "; ".join(p for p in parts if p)
+
+
+def staging_status(record: Record) -> dict[str, Any] | None:
+    """``status.staging``: the inputs it waits for on its member, and its staging's
+    predicted and actual seconds (runtime/staging.py); None when it staged nothing."""
+    if not (record.staging or record.staging_predicted_s or record.staging_actual_s):
+        return None
+    return {
+        "inputs": list(record.staging) or None,
+        "predictedSeconds": round(record.staging_predicted_s, 1),
+        "actualSeconds": round(record.staging_actual_s, 1) if record.staging_actual_s else None,
+    }

@@ -26,7 +26,7 @@ from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
 
-ACTIVE_PHASES = frozenset({k.PHASE_DISPATCHED, k.PHASE_RUNNING})
+ACTIVE_PHASES = frozenset({k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
 
 class Packed(Mapping[str, Any]):
@@ -121,6 +121,11 @@ class Record:
     draining: tuple[str, str] | None = None  # (cluster, Job) of a preempted attempt not gone yet
     deleting: bool = False
     observed: bool = False  # its member Job has been seen since dispatch
+    # Staging (runtime/staging.py): the input idents it waits for on its member, and its
+    # staging's predicted and actual seconds (0 until known)
+    staging: tuple[str, ...] = ()
+    staging_predicted_s: float = 0.0
+    staging_actual_s: float = 0.0
     as_running: Running | None = None  # its last Running value in a snapshot (store)
 
     @property

@@ -6,7 +6,7 @@
                  [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
                  [--eta [--eta-max-cycles N] [--eta-every N]]
-                 [--locality aware|blind|both] [--cache-gb GB]
+                 [--locality aware|blind|both] [--cache-gb GB] [--by-group]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
@@ -28,7 +28,9 @@ experience (:mod:`cpn.core.eta_calibration`, the operator's calibration).
 and blind to it (``NAME-blind``, the policy's ``data.locality: false``); the table's
 ``moved GB`` is the data and images moved between clusters. ``--cache-gb`` bounds every
 member's data cache (``data.default_cache_gb``). ``datasets`` writes a data-sharing
-trace: one dataset per job, by the law of :mod:`cpn.sim.datatrace`.
+trace: one dataset per job, by the law of :mod:`cpn.sim.datatrace`. ``--by-group`` adds
+``by_group`` to each policy's metrics (:mod:`cpn.sim.groups`): the group that submitted
+the most work, its average wait and the other groups' (fair share's measure).
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -120,6 +122,11 @@ def _main_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cache-gb", type=float, default=None, help="every member's data cache (GB; unlimited)"
+    )
+    p.add_argument(
+        "--by-group",
+        action="store_true",
+        help="add waits per group: the dominant group's (most work submitted) and the others'",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -213,6 +220,11 @@ def _simulate(argv: Sequence[str]) -> int:
             if bar is not None:
                 bar.close()
     rows = {name: report.metrics(result) for name, result in results.items()}
+    if args.by_group:
+        from cpn.sim.groups import by_group
+
+        for name, result in results.items():
+            rows[name]["by_group"] = by_group(result)
     etas: dict[str, dict[str, Any]] = {}
     if args.eta:
         from cpn.sim import eta_accuracy
@@ -237,6 +249,11 @@ def _simulate(argv: Sequence[str]) -> int:
         print(json.dumps(payload, sort_keys=False))
     else:
         print(report.table(rows))
+        if args.by_group:
+            from cpn.sim.groups import table as group_table
+
+            print("\nwaits by group (finished jobs):")
+            print(group_table(rows))
         if etas:
             print("\nfirst ETA vs actual start (jobs that waited > 10 min):")
             print(report.eta_markdown_table(etas))

@@ -26,6 +26,7 @@ from cpn.core.errors import CpnError, FieldError, InvalidSpec
 from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
+from cpn.core.fairshare import FairShare
 from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
@@ -187,6 +188,8 @@ class World:
 
         self._fleet = Fleet(clusters.in_domains(policy.domains), policy)
         self._caches = Caches(policy)
+        half_life_s = policy.fair_share.half_life_h * 3600.0
+        self._usage = FairShare(half_life_s, policy.quotas.budget_period)  # finished attempts
 
         self._trace = sorted(trace, key=lambda j: j.submit_s)
         self._check_trace()
@@ -405,6 +408,7 @@ class World:
             clusters=self._fleet.clusters(),
             bandwidth_gbps=self.clusters.bandwidth_gbps,
             data_cache=self._caches.view(),
+            usage=self._usage.view(),
         )
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
@@ -544,6 +548,7 @@ class World:
         self._caches.ended(running.cluster, self._running.values())
         self._busy_gpus -= job.gpus
         held = self.now_s - running.start_s
+        self._usage.add_run(job.group, job.user, job.gpus, running.start_s, self.now_s)
         state.record.run_s += held
         state.record.gpu_s += held * job.gpus
         state.running = None
