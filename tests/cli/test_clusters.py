@@ -104,18 +104,18 @@ def test_the_table_says_why_a_cluster_is_not_ready_and_how_old_the_figures_are()
 
 
 def test_the_cache_is_shown_when_the_status_carries_one() -> None:
-    cache = {"usedBytes": 3 * 2**30, "capacityBytes": 100 * 2**30, "count": 2, "entries": []}
+    cache = {"usedBytes": 3 * 10**9, "capacityBytes": 100 * 10**9, "count": 2, "entries": []}
     (row,) = rows_from([member("north", cache=cache)], [], now_s=NOW)
     assert row["cache"] == {
-        "usedBytes": 3 * 2**30,
-        "capacityBytes": 100 * 2**30,
+        "usedBytes": 3 * 10**9,
+        "capacityBytes": 100 * 10**9,
         "count": 2,
         "entries": [],
     }
-    assert "2 in 3/100 GiB" in render_table([row])
+    assert "2 in 3/100 GB" in render_table([row])
     unlimited = {"usedBytes": 0, "count": 0}
     (row,) = rows_from([member("north", cache=unlimited)], [], now_s=NOW)
-    assert "0 in 0 GiB" in render_table([row])
+    assert "0 in 0 GB" in render_table([row])
 
 
 def test_a_member_never_probed_is_unknown_with_a_reason() -> None:

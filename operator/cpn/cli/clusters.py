@@ -113,8 +113,9 @@ def rows_from(
     return sorted(rows, key=lambda r: r["cluster"])
 
 
-def _gib(value: Any) -> str:
-    return f"{value / 2**30:.0f}" if isinstance(value, int | float) else "?"
+def _gb(value: Any) -> str:
+    """Bytes as GB (10^9, as the policy's ``data.cache_gb``)."""
+    return f"{value / 1e9:.0f}" if isinstance(value, int | float) else "?"
 
 
 def _age(seconds: float | None) -> str:
@@ -136,8 +137,8 @@ def _cells(row: Mapping[str, Any]) -> list[str]:
     if cache is None:
         cached = "-"
     else:
-        capacity = "" if cache["capacityBytes"] is None else f"/{_gib(cache['capacityBytes'])}"
-        cached = f"{cache['count'] or 0} in {_gib(cache['usedBytes'])}{capacity} GiB"
+        capacity = "" if cache["capacityBytes"] is None else f"/{_gb(cache['capacityBytes'])}"
+        cached = f"{cache['count'] or 0} in {_gb(cache['usedBytes'])}{capacity} GB"
     ready = {True: "True", False: "False", None: "Unknown"}[row["ready"]]
     domains = ", ".join(
         f"{d['domain']} {_figure(d['gpusFree'])}/{_figure(d['gpusTotal'])}" for d in row["domains"]
