@@ -6,7 +6,8 @@ make domain ``fast``, bound to queue ``fast``; group ``vision`` may use at most 
 and the other waits for that quota although the domain's second node is free;
 ``cpn clusters --json`` then shows the real MemberClusters: member-a ready, 8 of 16 GPUs of
 domain fast free, one cpn job running there, figures as of the operator's last probe.
-Who may not list MemberClusters (or AIJobs) is told so, by the hub's real RBAC.
+Who may not list MemberClusters (or AIJobs) is told so, by the hub's real RBAC; the data
+cache a staging leaves on member-a is shown as the operator wrote it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from testbed.bed import Testbed
 from tests.e2e.hubkit import Hub, aijob, apply, new_namespace, wait_status
 from tests.e2e.test_domains import A100, FAST_NODES, LABEL, MEMBER, fast_pool_hub
 from tests.e2e.test_security import token_kubeconfig
+from tests.e2e.test_staging import reader
 from tests.test_json_output import ROOT, run_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -167,3 +169,28 @@ def test_who_may_not_list_memberclusters_is_told_and_without_aijobs_jobs_are_unk
         finally:
             hub.kubectl("delete", "clusterrolebinding", role, check=False)
             hub.kubectl("delete", "clusterrole", role, check=False)
+
+
+def test_the_data_cache_a_staging_leaves_is_shown(hub: Hub) -> None:
+    """A job on member-a's A100s reading a dataset of member-b stages it first; member-a's
+    cache (``status.cache``, written by the operator) is then what ``cpn clusters`` shows."""
+    hub.tb.set_links({(MEMBER, "member-b"): 100.0})
+    try:
+        with new_namespace(hub, "clusters-cache") as ns:
+            job = reader("cached", "tiny", "member-b", 2 * 10**9, gpu_types=[A100])
+            assert apply(hub, ns, job).returncode == 0
+            wait_status(hub, ns, "cached", phase="Succeeded", timeout_s=180)
+
+            def cached() -> Any:
+                row = {r["cluster"]: r for r in clusters(hub)}[MEMBER]
+                return row if row["cache"] and row["cache"]["count"] else None
+
+            row = wait_until(cached, timeout_s=60, every_s=1, what=f"{MEMBER} cache shown")
+            truth = hub.custom.get_cluster_custom_object(
+                "cpn.io", "v1alpha1", "memberclusters", MEMBER
+            )["status"]["cache"]
+            assert "tiny@v1" in {e["input"] for e in row["cache"]["entries"]}
+            assert row["cache"]["usedBytes"] == truth["usedBytes"] >= 2 * 10**9
+            assert row["cache"]["count"] == truth["count"]
+    finally:
+        hub.tb.set_links({})
