@@ -122,3 +122,26 @@ def test_demo_policy_lets_only_team_nlp_raise_its_priority():
     policy = parse_policy(demo_policy())
     assert effective_priority(job("a", group="nlp", priority=1), policy) == 1
     assert effective_priority(job("b", group="vision", priority=1), policy) == 0
+
+
+def test_member_jobs_gpu_seconds_count_finished_jobs_by_their_gpus() -> None:
+    """The demo's accounting check sums (completion - start) x GPUs of every finished
+    member Job (GPUs per pod x parallelism); a Job still running counts nothing."""
+    from cpn.cli.demousage import TOLERANCE_S, job_gpu_seconds
+
+    def member_job(gpus: int, parallelism: int, start: str, end: str | None) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": str(gpus)}
+        pod = {"containers": [{"name": "main", "resources": {"limits": limits}}]}
+        status = {"startTime": start, **({"completionTime": end} if end else {})}
+        spec = {"parallelism": parallelism, "template": {"spec": pod}}
+        return {"spec": spec, "status": status}
+
+    total, tolerance, count = job_gpu_seconds(
+        [
+            member_job(2, 1, "2026-11-27T10:00:00Z", "2026-11-27T10:01:40Z"),  # 2 x 100 s
+            member_job(1, 4, "2026-11-27T10:00:00Z", "2026-11-27T10:00:10Z"),  # 4 x 10 s
+            member_job(8, 1, "2026-11-27T10:00:00Z", None),  # still running
+        ]
+    )
+    assert (total, count) == (240.0, 2)
+    assert tolerance == 2 * TOLERANCE_S * (2 + 4)

@@ -32,6 +32,7 @@ import yaml
 
 from cpn.api.aijob import parse_time
 from cpn.api.status import human_duration
+from cpn.cli import demousage
 from cpn.cli.devbed import DEFAULT_POLICY, bootstrap_testbed, start_operator, stop_process
 from cpn.cli.queue import render_table, rows_from
 
@@ -312,6 +313,7 @@ def main(argv: Sequence[str]) -> int:
         jobs = demo_jobs(args.jobs, args.seed)
         docs = yaml.safe_dump_all([body for _, body in jobs])
         print(f"== kubectl apply: {len(jobs)} AIJobs from {len(TEAMS)} teams")
+        applied_s = time.time()
         result = _kubectl(kubectl, hub, "apply", "-f", "-", input_=docs)
         if result.returncode != 0:
             print(result.stderr, file=sys.stderr)
@@ -342,7 +344,11 @@ def main(argv: Sequence[str]) -> int:
             print(f"\n== the job that waited longest: cpn explain {longest} --log {decisions}")
             print(_explain(longest, decisions), end="")
         ok = figures["succeeded"] == len(jobs)
-        print("== demo " + ("passed: every AIJob Succeeded" if ok else "FAILED"))
+        if ok:
+            counted, text = demousage.check(tb, applied_s, len(jobs))
+            print("\n== accounting (cpn usage against the member Jobs)\n" + text)
+            ok = counted
+        print("== demo " + ("passed: every AIJob Succeeded, usage recorded" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
         stop_process(proc)
