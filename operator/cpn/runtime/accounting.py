@@ -48,6 +48,9 @@ from cpn.core.accounting import (
     rolled_up,
     run_record,
 )
+from cpn.core.fairshare import Usage
+from cpn.core.policy import QueuePolicy
+from cpn.runtime.fairfeed import FairFeed
 from cpn.runtime.ports import describe
 from cpn.runtime.store import Record
 
@@ -179,6 +182,7 @@ class Accounting:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[int] | None = None
         self.gpu_hours = gpu_hours  # cpn_gpu_hours_total (runtime/metrics.py)
+        self.fair = FairFeed()  # fair share and budgets (runtime/fairfeed.py)
 
     def saw(self, before: Record, after: Record, *, forgotten: bool, now_s: float) -> None:
         """A record's transition: the run it ended, if any, is pending from now."""
@@ -207,8 +211,29 @@ class Accounting:
                 record.gpu_s / 3600.0
             )
 
-    def _load(self, items: list[tuple[str, dict[str, str], str]]) -> None:
+    def usage(self, policy: QueuePolicy, now_s: float) -> Usage | None:
+        """The snapshot's past usage for fair share and budgets (runtime/fairfeed.py)."""
+        if self.fair.configure(policy):
+            log.info("fair share: half-life or budget period changed; usage refed next flush")
+        if self.store is None:
+            self.fair.ready = True  # nothing to read: the runs seen by this process only
+        waiting = (r for key, r in self.pending.items() if key not in self.recovered)
+        return self.fair.view(waiting, now_s)
+
+    async def load(self, call: Call, now_s: float) -> None:
+        """Read the store now (at start-up, so the first cycle has the past usage)."""
+        if self.store is None or self.loaded:
+            return
+        async with self._lock:
+            try:
+                if not self.loaded:
+                    self._load(await call(self.store.list), now_s)
+            except Exception as err:  # noqa: BLE001 - the next flush reads it again
+                log.warning("usage store not read (%s): read again next cycle", describe(err))
+
+    def _load(self, items: list[tuple[str, dict[str, str], str]], now_s: float) -> None:
         days, archive, errors = stored(items)
+        self.fair.load(days, archive, now_s)
         for error in errors:
             log.error("%s; left out of the usage totals", error)
         for usage in days:
@@ -238,7 +263,10 @@ class Accounting:
         async with self._lock:
             try:
                 if not self.loaded:
-                    self._load(await call(store.list))
+                    self._load(await call(store.list), now_s)
+                elif not self.fair.ready:  # the policy's half-life or period changed
+                    days, archive, _ = stored(await call(store.list))
+                    self.fair.load(days, archive, now_s)
                 added = 0
                 by_day: dict[str, list[UsageRecord]] = defaultdict(list)
                 for record in self.pending.values():
@@ -288,6 +316,7 @@ class Accounting:
             self.pending.pop(record, None)
             self.recovered.discard(record)
         self._count(added)
+        self.fair.add(added)
         self.written += len(added)
         return len(added)
 
