@@ -5,14 +5,16 @@ restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from cpn import decisions
 from cpn.api.usage import encode
 from cpn.core.accounting import DAY_S, DayUsage, Total, day_of
 from cpn.core.cycle import plan_cycle
 from cpn.core.fairshare import FairShare, Usage, standing
-from cpn.core.model import WaitReason
+from cpn.core.model import Snapshot, WaitReason
 from cpn.core.policy import FairSharePolicy, GroupQuota, QueuePolicy, Quotas
 from cpn.runtime.accounting import Accounting
 from cpn.runtime.metrics import OperatorMetrics
@@ -167,3 +169,17 @@ def test_a_group_past_its_budget_waits_live_and_another_group_starts() -> None:
         )
         == []
     )  # told once
+
+
+def test_a_live_snapshot_with_usage_goes_through_the_decision_log() -> None:
+    """``cpn replay`` reads back what the live operator now logs: the snapshot's usage."""
+    store = MemoryStore()
+    acc = started(store, T0)
+    ended(acc, "a", 30)
+    usage = view_at(acc, T0 + 3600)
+    taken = snapshot(policy=POLICY, now_s=T0 + 3600, usage=usage)
+    back = decisions.decode(Snapshot, json.loads(json.dumps(decisions.encode(taken))))
+    assert back.usage is not None
+    assert dict(back.usage.groups) == dict(usage.groups)
+    assert back.usage.period_start_s == usage.period_start_s
+    assert standing(back) == standing(taken)
