@@ -16,10 +16,11 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.fairshare import FairShare, Usage, standing
 from cpn.core.model import Snapshot, WaitReason
 from cpn.core.policy import FairSharePolicy, GroupQuota, QueuePolicy, Quotas
+from cpn.runtime import lifecycle
 from cpn.runtime.accounting import Accounting
 from cpn.runtime.metrics import OperatorMetrics
 from tests.builders import cluster, job, nodes, snapshot
-from tests.runtime.test_accounting import T0, MemoryStore, direct, ended
+from tests.runtime.test_accounting import T0, MemoryStore, direct, ended, running
 
 H = 3600.0
 POLICY = QueuePolicy(
@@ -183,3 +184,25 @@ def test_a_live_snapshot_with_usage_goes_through_the_decision_log() -> None:
     assert dict(back.usage.groups) == dict(usage.groups)
     assert back.usage.period_start_s == usage.period_start_s
     assert standing(back) == standing(taken)
+
+
+@pytest.mark.parametrize("was_written", [True, False])
+def test_a_recovered_run_counts_once_whether_or_not_the_store_has_it(was_written: bool) -> None:
+    """After a kill, a recent success is recovered from its status: counted from the store
+    when it was written before the kill, from the pending write when it was not; once
+    either way, before and after the next flush."""
+    store = MemoryStore()
+    first = started(store, T0)
+    before = running("a", gpus=1, workers=1)
+    done = lifecycle.succeeded(before, T0 + 3600).record
+    first.saw(before, done, forgotten=False, now_s=T0 + 3600)
+    if was_written:
+        asyncio.run(first.flush(direct, T0 + 3600))
+    restarted = accounting(store)
+    restarted.fair.configure(POLICY)
+    assert restarted.recover([done], T0 + 3700) == 1
+    asyncio.run(restarted.load(direct, T0 + 3700))
+    assert view_at(restarted, T0 + 3700).period_gpu_s["vision"] == pytest.approx(3600.0)
+    asyncio.run(restarted.flush(direct, T0 + 3700))
+    assert not restarted.pending
+    assert view_at(restarted, T0 + 3700).period_gpu_s["vision"] == pytest.approx(3600.0)
