@@ -40,9 +40,9 @@ T = TypeVar("T")
 FORMAT = 1
 EVENT = "cpn.decision"
 
-# Names the model's annotations use (QueuePolicy and Usage are imported only for type
-# checking there).
-_NAMES: dict[str, Any] = {**vars(model), **vars(policy), **vars(fairshare)}
+# Names the model's annotations use (QueuePolicy and Usage are imported only for type checking
+# there).
+_NAMES: dict[str, Any] = {**vars(model), **vars(policy), "Usage": fairshare.Usage}
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
