@@ -34,6 +34,7 @@ COVERED = {
     "operator/cpn/cli/usage.py": ["e2e: usage (tests/e2e/test_usage.py)"],
     "operator/cpn/cli/explain.py": ["explain --log"],
     "operator/cpn/cli/benchmark.py": ["e2e: benchmark run (tests/e2e/test_benchmark_ops.py)"],
+    "operator/cpn/cli/clusters.py": ["e2e: clusters --json (tests/e2e/test_clusters.py)"],
     "predictor/cli.py": ["predictor predict", "predictor evaluate"],
     "testbed/cli.py": ["testbed status"],
     "bench/bench_cycle.py": ["bench_cycle"],

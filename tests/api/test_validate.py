@@ -350,3 +350,43 @@ def test_deep_nesting_is_refused() -> None:
     """Nesting deeper than the loader's limit is refused, not recursed into."""
     problems = check_text("a: " + "[" * 100 + "]" * 100 + "\n")
     assert len(problems) == 1 and "nesting deeper" in problems[0].message
+
+
+DOMAIN_WARNINGS = """
+name: typo
+levels:
+  - {name: all, queues: [debug]}
+quotas: {groups: {vision: {gpus: 8}}}
+domains:
+  interactive: {clusters: [north], queues: [debug, interative], groups: [vision, visoin]}
+"""
+
+
+def test_a_domain_binding_a_name_the_policy_names_nowhere_else_is_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    validator = Validator(CRDS)
+    validator.validate_text(DOMAIN_WARNINGS, "p.yaml")
+    assert validator.problems == []
+    assert [(w.line, w.path, w.message.split(":")[0]) for w in validator.warnings] == [
+        (7, "domains.interactive.groups", "warning"),
+        (7, "domains.interactive.queues", "warning"),
+    ]
+    assert "group visoin is named nowhere else" in validator.warnings[0].message
+    assert "queue interative is named nowhere else" in validator.warnings[1].message
+    path = tmp_path / "p.yaml"
+    path.write_text(DOMAIN_WARNINGS)
+    assert main([str(path)]) == 0  # warnings do not fail the check
+    out, err = capsys.readouterr()
+    assert "domains.interactive.groups: warning: group visoin" in out
+    assert "the operator checks at run time against the members' nodes" in err
+    assert "1 document(s) checked: all valid, 2 warnings" in err
+
+
+def test_a_policy_without_domains_gets_no_domain_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("name: plain\n")
+    assert main([str(path)]) == 0
+    assert "run time" not in capsys.readouterr().err

@@ -11,6 +11,8 @@ GPUs per domain.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,14 +40,21 @@ def label(tb: Testbed, value: str | None) -> None:
             client.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {LABEL: value}}})
 
 
-@pytest.fixture(scope="module")
-def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    label(testbed, "fast")
+@contextmanager
+def fast_pool_hub(tb: Testbed, folder: Path, policy: str) -> Iterator[Hub]:
+    """The hub running ``policy`` while the fast nodes are labelled (unlabelled after)."""
+    label(tb, "fast")
     try:
-        with running_hub(testbed, tmp_path_factory.mktemp("domains"), policy=POLICY) as h:
+        with running_hub(tb, folder, policy=policy) as h:
             yield h
     finally:
-        label(testbed, None)
+        label(tb, None)
+
+
+@pytest.fixture(scope="module")
+def hub(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    with fast_pool_hub(testbed, tmp_path_factory.mktemp("domains"), POLICY) as h:
+        yield h
 
 
 def whole_node(name: str, queue: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 from cpn.api.policy import parse_policy
 from cpn.core.cycle import plan_cycle
+from cpn.core.fairshare import FairShare
 from cpn.core.model import Cached, CyclePlan, DataInput, Estimate, Snapshot, frozen_map
 from cpn.decisions import EVENT, DecisionLog, decode, encode, open_log, read_log
 from tests.builders import cluster, job, nodes, running, snapshot
@@ -74,6 +75,16 @@ def test_rich_snapshot_round_trips_to_an_equal_object() -> None:
     assert back == original
     assert isinstance(back.pending[0].gpu_types, frozenset)
     assert back.pending[1].estimate.high_s["A100-80GB"] == float("inf")
+
+
+def test_snapshot_with_fair_share_usage_round_trips() -> None:
+    """Past usage (fair share, budgets) survives the log, so replay ranks the same."""
+    usage = FairShare(7 * 86400.0, "week")
+    usage.add_run("g", "u", 4, 0.0, 3600.0)
+    original = replace(rich_snapshot(), usage=usage.view())
+    back = decode(Snapshot, through_json(original))
+    assert back == original and back.usage is not None
+    assert back.usage.groups["g"] > 0
 
 
 def test_plan_round_trips_to_an_equal_object() -> None:

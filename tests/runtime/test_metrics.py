@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,24 @@ def test_decision_records_keep_cycle_order_and_failures_are_counted(tmp_path: Pa
     observer.stop()
     assert [d.cycle for d in read_log(path)] == [1, 2, 3, 4, 5]
     assert samples(observer.metrics)[("cpn_decision_log_errors_total", ())] == 1
+
+
+def test_gpus_per_domain_are_counted_per_cluster_and_domain() -> None:
+    """Domain series count the nodes of each domain (after the cycle's starts); nodes of no
+    domain count in none; without domains there are no domain series."""
+    fast, plain = nodes("east", 2, free=[8.0, 8.0])
+    east = cluster("east", (replace(fast, domain="fast"), plain))
+    snap = snapshot(clusters=[east], jobs=[])
+    metrics = OperatorMetrics()
+    metrics.observe_cycle(snap, plan_cycle(snap), 0.1, ended_s=1.0)
+    got = samples(metrics)
+    assert got[("cpn_domain_gpus_free", (("cluster", "east"), ("domain", "fast")))] == 8
+    assert got[("cpn_domain_gpus_total", (("cluster", "east"), ("domain", "fast")))] == 8
+    assert [k for k in got if k[0] == "cpn_domain_gpus_total"] == [
+        ("cpn_domain_gpus_total", (("cluster", "east"), ("domain", "fast")))
+    ]
+    assert got[("cpn_gpus_total", (("cluster", "east"), ("gpu_type", "A100-80GB")))] == 16
+    metrics.observe_cycle(
+        replace(snap, clusters=(cluster("east", (plain,)),)), plan_cycle(snap), 0.1, ended_s=2.0
+    )
+    assert not [k for k in samples(metrics) if k[0].startswith("cpn_domain_gpus")]

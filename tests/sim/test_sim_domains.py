@@ -66,3 +66,21 @@ def test_a_bound_job_runs_only_on_its_domain() -> None:
     # the one interactive node takes the live jobs one after the other, never south's
     assert {records[f"live-{i}"].cluster for i in range(3)} == {"north"}
     assert all(r.finish_s is not None for r in records.values())
+
+
+def test_a_groups_quota_in_a_domain_holds_in_the_simulator_too() -> None:
+    """Same plan_cycle, same ledger: with 4 GPUs for team in batch, its 4-GPU jobs run there
+    one at a time although batch has room for four."""
+    limited = parse_policy(
+        """
+domains:
+  interactive: {clusters: [north], labels: {pool: fast}, groups: [live]}
+  batch: {default: true}
+quotas: {groups: {team: {domains: {batch: {gpus: 4}}}}}
+"""
+    )
+    jobs = [tjob(f"team-{i}", gpus=4, group="team", duration_s=100.0) for i in range(3)]
+    result = world(jobs, parse_clusters(DOC), plan=plan_cycle, policy=limited).run()
+    spans = sorted((r.first_start_s, r.finish_s) for r in by_id(result).values())
+    assert len(spans) == 3 and all(end is not None for _, end in spans)
+    assert all(spans[i][1] <= spans[i + 1][0] for i in range(2))  # never two at once

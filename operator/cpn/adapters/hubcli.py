@@ -1,11 +1,12 @@
-"""What the one-shot commands that read the hub share (``cpn queue``, ``cpn explain``).
+"""What the one-shot commands that read the hub share (``cpn queue``, ``cpn explain``,
+``cpn clusters``).
 
 They find the kubeconfig and the namespace as kubectl does (:func:`kubeconfig_path`,
 :func:`hub_namespace`), build a client for it (:func:`hub_api`), read AIJobs with
-:func:`get_aijob` and :func:`list_aijobs` (a refusal is a :class:`HubAnswer`), and run
-under :func:`on_hub`, which turns a missing or broken kubeconfig, an unreachable hub or a
-refusal into one line on stderr naming the file or the server, and exit code 1: never
-a traceback.
+:func:`get_aijob` and :func:`list_aijobs` and MemberClusters with :func:`list_memberclusters`
+(a refusal is a :class:`HubAnswer`), and run under :func:`on_hub`, which turns a missing
+or broken kubeconfig, an unreachable hub or a refusal into one line on stderr naming the
+file or the server, and exit code 1: never a traceback.
 """
 
 from __future__ import annotations
@@ -89,14 +90,21 @@ def get_aijob(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
 
 def list_aijobs(api: client.ApiClient, namespace: str | None) -> list[dict[str, Any]]:
     """The AIJobs of ``namespace``, or of every namespace when it is None."""
+    return _list(api, k.AIJOB_PLURAL, namespace)
+
+
+def list_memberclusters(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every MemberCluster (they are cluster-scoped)."""
+    return _list(api, k.MEMBER_PLURAL, None)
+
+
+def _list(api: client.ApiClient, plural: str, namespace: str | None) -> list[dict[str, Any]]:
     custom: Any = client.CustomObjectsApi(api)
     try:
         if namespace:
-            result = custom.list_namespaced_custom_object(
-                k.GROUP, k.VERSION, namespace, k.AIJOB_PLURAL
-            )
+            result = custom.list_namespaced_custom_object(k.GROUP, k.VERSION, namespace, plural)
         else:
-            result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, k.AIJOB_PLURAL)
+            result = custom.list_cluster_custom_object(k.GROUP, k.VERSION, plural)
     except ApiException as err:
         raise HubAnswer.of(err) from err
     items: list[dict[str, Any]] = result.get("items") or []

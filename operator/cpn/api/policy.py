@@ -18,7 +18,7 @@ from typing import Any
 
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import hint, join
-from cpn.api.policydomains import DOMAIN_KEYS, read_domains
+from cpn.api.policydomains import DOMAIN_KEYS, check_domain_quotas, read_domains
 from cpn.api.policyfairshare import BUDGET_FIELDS, FAIR_SHARE_KEYS, GROUP_BUDGET, read_fair_share
 from cpn.api.policyfields import (
     Invalid,
@@ -194,7 +194,7 @@ _QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)
 _MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
 _LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
 _LIMIT_KEYS = ("gpus", "per_type")
-_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", *GROUP_BUDGET)
+_GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", "domains", *GROUP_BUDGET)
 _NAMESPACE = ("user", "group")
 
 #: Every key the document may hold, by section (for docs and tests).
@@ -206,6 +206,7 @@ KNOWN_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "quotas": _QUOTAS,
         "quotas.groups.<group>": _GROUP_KEYS,
         "quotas.groups.<group>.users.<user>": _LIMIT_KEYS,
+        "quotas.groups.<group>.domains.<domain>": _LIMIT_KEYS,
         "reservation": tuple(_RESERVATION),
         "placement": tuple(_PLACEMENT),
         "preemption": tuple(_PREEMPTION),
@@ -339,8 +340,21 @@ def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:
         default_section = reader.mapping(section["default_user"], default_path, _LIMIT_KEYS)
         default_user = _limit(reader, default_section, default_path)
         _check_within(reader, default_user, limit, default_path)
+    domains: dict[str, Limit] = {}
+    domains_path = join(path, "domains")
+    for domain, item, domain_path in reader.entries(section.get("domains"), domains_path, "domain"):
+        domains[domain] = _limit(
+            reader, reader.mapping(item, domain_path, _LIMIT_KEYS), domain_path
+        )
+        _check_within(reader, domains[domain], limit, domain_path)
     cap = reader.fields(section, path, {"max_priority": _MAX_PRIORITY, **GROUP_BUDGET})
-    return GroupQuota(limit=limit, users=MappingProxyType(users), default_user=default_user, **cap)
+    return GroupQuota(
+        limit=limit,
+        users=MappingProxyType(users),
+        default_user=default_user,
+        domains=MappingProxyType(domains),
+        **cap,
+    )
 
 
 def _quotas(reader: PolicyReader, value: Any) -> Quotas:
@@ -420,6 +434,7 @@ def parse_policy(doc: Mapping[str, Any] | str, *, version: str = "") -> QueuePol
         **fields,
     )
     _check_placement(reader, policy.placement)
+    check_domain_quotas(reader, policy)
     if reader.errors:
         raise PolicyError(reader.errors)
     return policy

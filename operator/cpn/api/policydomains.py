@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from cpn.api.constants import LABEL_GROUP
 from cpn.api.fields import describe_value as _kind
 from cpn.api.fields import join
 from cpn.api.policyfields import Invalid, Parser, PolicyReader, boolean, names
-from cpn.core.policy import Domain
+from cpn.core.policy import DEFAULT_QUEUE, Domain, QueuePolicy
 
 MAX_DOMAINS = 64
 DOMAIN_KEYS = ("clusters", "labels", "queues", "groups", "default")
@@ -95,3 +96,49 @@ def read_domains(reader: PolicyReader, value: Any) -> tuple[Domain, ...]:
     if len(defaults) > 1:
         reader.error("domains", f"only one default domain, got {', '.join(defaults)}")
     return tuple(domains)
+
+
+def check_domain_quotas(reader: PolicyReader, policy: QueuePolicy) -> None:
+    """Report each per-domain group quota (``quotas.groups.G.domains.D``) naming a domain
+    the ``domains`` section does not define."""
+    known = {d.name for d in policy.domains}
+    for group, quota in sorted(policy.quotas.groups.items()):
+        for name in sorted(set(quota.domains) - known):
+            defined = ", ".join(sorted(known)) or "none"
+            reader.error(
+                join(join(join("quotas.groups", group), "domains"), name),
+                f"no domain {name} in the policy's domains (defined: {defined})",
+            )
+
+
+def domain_notes(policy: QueuePolicy) -> list[tuple[str, str]]:
+    """What an offline check can only warn of: a domain binding a group or a queue that no
+    other part of the policy names (maybe a typo; groups also come from namespace labels,
+    and queues from the AIJobs, which only the hub has), as (field path, message)."""
+    groups = {
+        *policy.quotas.groups,
+        *policy.group_levels,
+        *(group for _, group in policy.namespaces.values() if group),
+        *(group for level in policy.levels for group in level.groups),
+    }
+    queues = {DEFAULT_QUEUE, *(queue for level in policy.levels for queue in level.queues)}
+    notes = []
+    for domain in policy.domains:
+        for kind, known, where, fine in (
+            (
+                "group",
+                groups,
+                "quotas, group_levels, levels or namespaces",
+                f"namespaces labelled {LABEL_GROUP}=",
+            ),
+            ("queue", queues, "levels", "AIJobs with spec.queue: "),
+        ):
+            for name in sorted(getattr(domain, f"{kind}s") - known):
+                notes.append(
+                    (
+                        join(join("domains", domain.name), f"{kind}s"),
+                        f"{kind} {name} is named nowhere else in the policy ({where}): "
+                        f"right if {fine}{name} exist, else check its spelling",
+                    )
+                )
+    return notes

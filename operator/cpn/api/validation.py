@@ -55,8 +55,10 @@ from cpn.api.crdschema import (
 from cpn.api.documents import Document, Json, line_of, read_documents
 from cpn.api.fields import join
 from cpn.api.policy import CONFIGMAP_KEY, parse_policy, parse_policy_configmap
+from cpn.api.policydomains import domain_notes
 from cpn.api.yamlsafe import YamlError
 from cpn.core.errors import InvalidSpec, PolicyError
+from cpn.core.policy import QueuePolicy
 from predictor.catalog import UnknownName as UnknownGpu
 from predictor.catalog import canonical_gpu, gpu_types
 
@@ -96,6 +98,8 @@ class Validator:
         self.crds = crds
         self.ignore_unknown = ignore_unknown
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []  # worth a look, not a refusal
+        self.domains_seen = False  # a valid policy with domains: the rest is run-time
         self.unchecked_rules: set[str] = set()
         self.documents = 0
 
@@ -244,26 +248,45 @@ class Validator:
             self._add(doc, source, label, _rebase(base, path), message)
         if envelope.errors:
             return
+        inner = _inner_lines(doc, key_path)
         try:
-            parse_policy_configmap(obj)
+            policy = parse_policy_configmap(obj)
         except PolicyError as err:
-            inner = _inner_lines(doc, key_path)
             for error in err.errors:
                 path = _rebase(key_path, error.path)
                 line = inner.get(error.path, 0) if error.path else 0
                 self._add(doc, source, label, path, error.message, line=line)
+            return
+        for path, message in self._notes(policy):
+            line = inner.get(path, 0)
+            self._add(doc, source, label, _rebase(key_path, path), message, line=line, warn=True)
 
     def _policy(self, doc: Document, source: str, label: str, policy: Json) -> None:
         try:
-            parse_policy(policy)
+            parsed = parse_policy(policy)
         except PolicyError as err:
             for error in err.errors:
                 self._add(doc, source, label, error.path, error.message)
+            return
+        for path, message in self._notes(parsed):
+            self._add(doc, source, label, path, message, warn=True)
+
+    def _notes(self, policy: QueuePolicy) -> list[tuple[str, str]]:
+        self.domains_seen = self.domains_seen or bool(policy.domains)
+        return [(path, f"warning: {message}") for path, message in domain_notes(policy)]
 
     def _add(
-        self, doc: Document, source: str, label: str, path: str, message: str, line: int = 0
+        self,
+        doc: Document,
+        source: str,
+        label: str,
+        path: str,
+        message: str,
+        line: int = 0,
+        *,
+        warn: bool = False,
     ) -> None:
-        self.problems.append(
+        (self.warnings if warn else self.problems).append(
             Problem(
                 source=source,
                 line=line or line_of(doc.lines, path) or doc.line,

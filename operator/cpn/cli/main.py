@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("cpn.cli.explain", "why a job waits or went where it went (--log: replay)"),
     "benchmark": ("cpn.cli.benchmark", "benchmark run: measure a member's GPU nodes now"),
     "queue": ("cpn.cli.queue", "the queue across clusters: position, ETA and why each job waits"),
+    "clusters": ("cpn.cli.clusters", "member clusters: ready, free GPUs per domain, jobs, cache"),
     "simulate": ("cpn.sim.cli", "run a trace through the scheduler offline"),
     "predictor": ("predictor.cli", "train, evaluate and query the runtime predictor"),
     "testbed": ("testbed.cli", "start, stop and inspect the local test bed"),

@@ -4,7 +4,10 @@ The checks are :mod:`cpn.api.validation`'s: each document is recognised (AIJob,
 MemberCluster, a policy ConfigMap, a bare policy, a List of them) and checked the
 way the hub would check it. Exit status: 0 when every document is valid, 1 when
 any problem is found (one line each:
-``FILE:LINE: document N (Kind name): field.path: message``), 2 for bad usage.
+``FILE:LINE: document N (Kind name): field.path: message``), 2 for bad usage. Warnings
+(``...: field.path: warning: message``, e.g. a domain binding a group the policy names
+nowhere else) are printed after the problems and do not change the exit status; for a
+policy with domains a note on stderr says what only the operator can check, at run time.
 """
 
 from __future__ import annotations
@@ -45,10 +48,20 @@ def main(argv: Sequence[str]) -> int:
         validator.validate_path(path)
     for rule in sorted(validator.unchecked_rules):
         print(f"cpn validate: CEL rule not checked offline: {rule}", file=sys.stderr)
-    for problem in validator.problems:
+    for problem in validator.problems + validator.warnings:
         print(problem)
+    if validator.domains_seen:
+        print(
+            "cpn validate: domains checked offline (fields, names, bindings, one default, "
+            "quotas per domain); whether two select one node, or one selects no GPU node, "
+            "the operator checks at run time against the members' nodes",
+            file=sys.stderr,
+        )
     if not args.quiet:
         count = len(validator.problems)
         verdict = "all valid" if not count else f"{count} problem{'s' * (count != 1)}"
+        if validator.warnings:
+            warned = len(validator.warnings)
+            verdict += f", {warned} warning{'s' * (warned != 1)}"
         print(f"{validator.documents} document(s) checked: {verdict}", file=sys.stderr)
     return 1 if validator.problems else 0

@@ -71,6 +71,8 @@ class GroupQuota:
     users: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
     default_user: Limit | None = None
     max_priority: int | None = None
+    # domain -> the group's limit for its jobs in that domain (inside ``limit``)
+    domains: Mapping[str, Limit] = field(default_factory=lambda: MappingProxyType({}))
     # GPU-hours the group may use per Quotas.budget_period (None = no budget;
     # cpn.core.fairshare)
     gpu_hours: float | None = None

@@ -1,6 +1,8 @@
-"""Hierarchical quotas: a group's limit, and its users' limits inside it.
+"""Hierarchical quotas: a group's limit, its users' limits and its per-domain limits inside it.
 
-A user's quota can never lift them above their group's: both are checked.
+A user's quota can never lift them above their group's: both are checked. A group's
+limit in a domain (``quotas.groups.G.domains.D``) counts only its jobs bound to that
+domain (:func:`cpn.core.domains.job_domain`), on top of the group's limit over all.
 Limits are GPUs in total and/or per GPU type; usage counts running jobs and
 the starts decided earlier in the same cycle.
 """
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cpn.core import reasons
+from cpn.core.domains import job_domain
 from cpn.core.model import Job, Running
 from cpn.core.policy import Limit, QueuePolicy
 
@@ -21,8 +24,8 @@ _EPS = 1e-9
 class Bucket:
     """One limit and the key its usage is counted under."""
 
-    label: str  # "group team-a" / "user alice in team-a"
-    usage_key: tuple[str, str]  # ("g", group) or ("u", group + "/" + user)
+    label: str  # "group team-a" / "user alice in team-a" / "group team-a in domain batch"
+    usage_key: tuple[str, str]  # ("g", group), ("u", group/user) or ("d", group@domain)
     limit: Limit
 
 
@@ -37,11 +40,15 @@ class QuotaLedger:
             self.take(item.job, item.gpu_type)
 
     def buckets(self, job: Job) -> list[Bucket]:
-        """The limits that apply to ``job`` (group first, then user)."""
+        """The limits that apply to ``job`` (group first, then its domain's, then user)."""
         quota = self.policy.quotas.groups.get(job.group)
         if quota is None:
             return []
         out = [Bucket(f"group {job.group}", ("g", job.group), quota.limit)]
+        domain = job_domain(self.policy, job) if quota.domains else ""
+        if domain in quota.domains:
+            label = f"group {job.group} in domain {domain}"
+            out.append(Bucket(label, ("d", f"{job.group}@{domain}"), quota.domains[domain]))
         user_limit = quota.users.get(job.user, quota.default_user)
         if user_limit is not None:
             out.append(
@@ -71,9 +78,11 @@ class QuotaLedger:
         return ""
 
     def take(self, job: Job, gpu_type: str) -> None:
-        """Count a start (or a running job) against its group and user."""
-        group_key = ("g", job.group)
-        user_key = ("u", f"{job.group}/{job.user}")
-        for key in (group_key, user_key):
+        """Count a start (or a running job) against its group, user and domain."""
+        keys = [("g", job.group), ("u", f"{job.group}/{job.user}")]
+        quota = self.policy.quotas.groups.get(job.group)
+        if quota is not None and quota.domains:
+            keys.append(("d", f"{job.group}@{job_domain(self.policy, job)}"))
+        for key in keys:
             self.total[key] = self.total.get(key, 0.0) + job.gpus
             self.per_type[(key, gpu_type)] = self.per_type.get((key, gpu_type), 0.0) + job.gpus

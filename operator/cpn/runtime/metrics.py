@@ -172,6 +172,18 @@ class OperatorMetrics:
             ["cluster", "gpu_type"],
             registry=r,
         )
+        self.domain_gpus_free = Gauge(
+            "cpn_domain_gpus_free",
+            "GPUs free per logical domain of the policy, after the last cycle's starts",
+            ["cluster", "domain"],
+            registry=r,
+        )
+        self.domain_gpus_total = Gauge(
+            "cpn_domain_gpus_total",
+            "GPUs per logical domain of the policy on schedulable nodes",
+            ["cluster", "domain"],
+            registry=r,
+        )
         self.decision_log_errors = Counter(
             "cpn_decision_log_errors", "Decision records that could not be written", registry=r
         )
@@ -242,20 +254,25 @@ class OperatorMetrics:
             if job is not None:
                 for node_name in start.nodes:
                     taken[(start.cluster, node_name)] += worker_gpus(job)
-        free: dict[tuple[str, ...], float] = defaultdict(float)
-        total: dict[tuple[str, ...], float] = defaultdict(float)
+        # (free, total) per (cluster, GPU type) and per (cluster, domain)
+        types: tuple[dict[tuple[str, ...], float], ...] = (defaultdict(float), defaultdict(float))
+        domains: tuple[dict[tuple[str, ...], float], ...] = (defaultdict(float), defaultdict(float))
         ready: dict[tuple[str, ...], float] = {}
         for cluster in snapshot.clusters:
             ready[(cluster.name,)] = 1.0 if cluster.ready else 0.0
             for node in cluster.nodes:
                 if not node.schedulable or not node.gpu_type:
                     continue
-                key = (cluster.name, node.gpu_type)
-                total[key] += node.gpus
                 left = node.free_gpus - taken.get((cluster.name, node.name), 0.0)
-                free[key] += max(left, 0.0) if cluster.ready else 0.0
-        self._replace(self.gpus_free, free)
-        self._replace(self.gpus_total, total)
+                left = max(left, 0.0) if cluster.ready else 0.0
+                for figures, by in ((types, node.gpu_type), (domains, node.domain)):
+                    if by:  # a node in no domain counts in no domain's series
+                        figures[0][(cluster.name, by)] += left
+                        figures[1][(cluster.name, by)] += node.gpus
+        self._replace(self.gpus_free, types[0])
+        self._replace(self.gpus_total, types[1])
+        self._replace(self.domain_gpus_free, domains[0])
+        self._replace(self.domain_gpus_total, domains[1])
         self._replace(self.member_ready, ready)
 
     def _replace(self, gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
