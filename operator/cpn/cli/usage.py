@@ -1,7 +1,9 @@
 """``cpn usage``: GPU-hours used, from the usage store on the hub (docs/admin-guide.md,
 "Accounting").
 
-Sums the runs the operator recorded (preempted fragments included) per (group, user, GPU
+Sums the runs the operator recorded (preempted fragments and the GPUs held while staging
+included; ``runs`` counts runs, not stagings; ``gpuHoursByKind`` splits the runs still kept
+one by one into run, preempted and staging, the rest being rolled up) per (group, user, GPU
 type, domain) over a window, optionally for one group or user, and groups them ``--by``
 one of those. ``--since``/``--until`` take a date (``2026-11-01``, UTC), a time
 (``2026-11-01T12:00:00Z``) or an age (``7d``, ``12h``, ``30m``: that long ago). Runs kept
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cpn.core.accounting import BY, Archive, DayUsage, UsageRow, summed_by, usage_rows
+from cpn.core.accounting import BY, Archive, DayUsage, UsageRow, by_kind, summed_by, usage_rows
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0}
@@ -62,9 +64,13 @@ def report(
     by: str | None,
 ) -> dict[str, Any]:
     """What ``cpn usage`` shows, as one JSON-ready document."""
-    rows = usage_rows(
-        days, archive=archive, since_s=since_s, until_s=until_s, group=group, user=user
-    )
+
+    def query(over: list[DayUsage], archive: Archive | None = None) -> list[UsageRow]:
+        return usage_rows(
+            over, archive=archive, since_s=since_s, until_s=until_s, group=group, user=user
+        )
+
+    rows = query(list(days), archive)
     total_s = sum(r.gpu_s for r in rows)
     doc: dict[str, Any] = {
         "since": _iso(since_s),
@@ -76,6 +82,9 @@ def report(
         "runs": sum(r.runs for r in rows),
         "rows": [_row(r) for r in rows],
     }
+    kinds = by_kind(days, query)
+    kinds["rolled-up"] = max(0.0, total_s - sum(kinds.values()))
+    doc["gpuHoursByKind"] = {kind: round(s / 3600.0, 6) for kind, s in kinds.items()}
     if by:
         doc["by"] = by
         doc["gpuHoursBy"] = {name: round(s / 3600.0, 6) for name, s in summed_by(rows, by).items()}
@@ -118,6 +127,9 @@ def render(doc: dict[str, Any]) -> str:
         for c in [head, *cells]
     ]
     lines.append(f"total: {doc['totalGpuHours']:.2f} GPU-hours in {doc['runs']} run(s)")
+    kinds = doc.get("gpuHoursByKind") or {}
+    if kinds.get("staging"):
+        lines.append("by kind: " + ", ".join(f"{k} {h:.2f}" for k, h in kinds.items() if h))
     return "\n".join(lines)
 
 

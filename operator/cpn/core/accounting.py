@@ -18,13 +18,13 @@ over all of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 KIND_RUN = "run"
 KIND_PREEMPTED = "preempted"  # a fragment: the run ended by a preemption
-KIND_STAGING = "staging"  # data staged before a run (none recorded yet: kept for it)
+KIND_STAGING = "staging"  # GPUs held while a run's inputs were staged: not a run
 KINDS = (KIND_RUN, KIND_PREEMPTED, KIND_STAGING)
 
 #: How a run ended.
@@ -84,14 +84,18 @@ def run_record(
     cluster: str,
     start_s: float,
     end_s: float,
+    staging: bool = False,
 ) -> UsageRecord | None:
     """The record of a run that ended with ``outcome``, or None when it held no GPUs for
-    any time (never started, or no GPUs). A preempted run is a fragment (``preempted``)."""
+    any time (never started, or no GPUs). A preempted run is a fragment (``preempted``);
+    ``staging``: the GPUs held while its inputs were staged (kind ``staging``)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r} (one of {', '.join(OUTCOMES)})")
     if start_s <= 0 or end_s <= start_s or gpus <= 0:
         return None
     kind = KIND_PREEMPTED if outcome == "preempted" else KIND_RUN
+    if staging:
+        kind = KIND_STAGING
     return UsageRecord(
         uid=uid,
         attempt=attempt,
@@ -172,7 +176,8 @@ def rolled_up(day: DayUsage, *, before_s: float, budget_bytes: int, row_bytes: i
         if record.end_s >= before_s and len(runs) - folded + len(totals) <= max_rows:
             break
         old = totals.get(total_key(record), Total(0.0, 0))
-        totals[total_key(record)] = Total(old.gpu_s + record.gpu_s, old.runs + 1)
+        runs_added = int(record.kind != KIND_STAGING)  # staging's GPU-hours, not a run
+        totals[total_key(record)] = Total(old.gpu_s + record.gpu_s, old.runs + runs_added)
         folded += 1
     if not folded:
         return day
@@ -251,7 +256,7 @@ def usage_rows(
             if seconds > 0:
                 row = sums.setdefault(total_key(record), [0.0, 0])
                 row[0] += record.gpus * seconds
-                row[1] += 1
+                row[1] += int(record.kind != KIND_STAGING)
         begins = day_start_s(day.day)
         if day.totals and begins < hi and begins + DAY_S > lo:
             for key, total in day.totals.items():
@@ -273,6 +278,21 @@ def usage_rows(
             row[0] += total.gpu_s
             row[1] += total.runs
     return [UsageRow(*key, gpu_s=v[0], runs=int(v[1])) for key, v in sorted(sums.items())]
+
+
+def by_kind(
+    days: Iterable[DayUsage], rows_of: Callable[[list[DayUsage]], list[UsageRow]]
+) -> dict[str, float]:
+    """GPU-seconds of the runs kept one by one per kind (run, preempted, staging; 0 when
+    none), as ``rows_of`` (a :func:`usage_rows` query: window, group, user) counts them.
+    Rolled-up totals and archived months have no kind: what the query counts beyond these
+    is theirs."""
+    days = list(days)
+    out: dict[str, float] = {}
+    for kind in KINDS:
+        only = [DayUsage(d.day, {k: r for k, r in d.runs.items() if r.kind == kind}) for d in days]
+        out[kind] = sum(r.gpu_s for r in rows_of(only))
+    return out
 
 
 def summed_by(rows: Sequence[UsageRow], by: str) -> dict[str, float]:

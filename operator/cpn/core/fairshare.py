@@ -171,6 +171,14 @@ class FairShare:
             self._period_used = {}
             self._view = None
 
+    def copy(self) -> FairShare:
+        """A copy to add to without touching these sums (O(groups + users))."""
+        other = FairShare(self.half_life_s, self.period)
+        other._origin, other._period_start = self._origin, self._period_start
+        other._groups, other._users = dict(self._groups), dict(self._users)
+        other._period_used = dict(self._period_used)
+        return other
+
     def _rebase(self, origin_s: float) -> None:
         assert self._origin is not None
         scale = 2.0 ** (-(origin_s - self._origin) / self.half_life_s)

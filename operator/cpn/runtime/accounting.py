@@ -1,7 +1,8 @@
 """GPU-hour accounting in the operator: each run that ends becomes a usage record
-(:func:`ended_run`, when :meth:`~cpn.runtime.following.Following.carry_out` takes a
-transition), kept pending in memory and written to the usage store on the hub
-(:mod:`cpn.adapters.usagestore`) in one batch per cycle at most (:meth:`Accounting.flush`).
+(:func:`ended_run`; a staging that ends, one of kind ``staging``, :func:`ended_staging`),
+when :meth:`~cpn.runtime.following.Following.carry_out` takes a transition, kept pending
+in memory and written to the usage store on the hub (:mod:`cpn.adapters.usagestore`) in
+one batch per cycle at most (:meth:`Accounting.flush`).
 
 A write that fails (a conflict, an unreachable API server) keeps the batch for the next
 flush; writing a record twice counts it once (records are keyed by AIJob UID, attempt and
@@ -48,6 +49,9 @@ from cpn.core.accounting import (
     rolled_up,
     run_record,
 )
+from cpn.core.fairshare import Usage
+from cpn.core.policy import QueuePolicy
+from cpn.runtime.fairfeed import FairFeed
 from cpn.runtime.ports import describe
 from cpn.runtime.store import Record
 
@@ -118,21 +122,28 @@ def ended_run(
     end_s = after.finish_s if after.finished and after.finish_s else now_s
     if outcome == "preempted" and before.preempted_s:
         end_s = before.preempted_s
-    return run_record(
-        uid=before.uid,
-        attempt=before.attempts,
-        outcome=outcome,
-        namespace=before.namespace,
-        name=before.name,
-        user=before.user,
-        group=before.group,
-        domain=before.domain,
-        gpu_type=before.gpu_type,
-        gpus=before.job.gpus,
-        cluster=before.cluster,
-        start_s=start_s,
-        end_s=end_s,
-    )
+    return _record_of(before, outcome, start_s, end_s)
+
+
+def ended_staging(
+    before: Record, after: Record, *, forgotten: bool, now_s: float
+) -> UsageRecord | None:
+    """The staging a transition ended (kind ``staging``): the GPUs ``before`` held from
+    its dispatch (when its staging began) until its inputs were all on its member, its
+    staging failed, or it was cancelled, preempted or lost meanwhile; None for any other
+    transition."""
+    if before.phase != k.PHASE_STAGING or before.job is None:
+        return None
+    if after.phase == k.PHASE_STAGING and not forgotten:
+        return None
+    if forgotten:
+        outcome = "cancelled"
+    elif after.phase == k.PHASE_DISPATCHED:
+        outcome = "succeeded"  # staged: its run starts now
+    else:
+        outcome = outcome_of(before, after, forgotten)
+    end_s = after.finish_s if after.finished and after.finish_s else now_s
+    return _record_of(before, outcome, before.dispatch_s, end_s, staging=True)
 
 
 def recovered_run(record: Record, now_s: float) -> UsageRecord | None:
@@ -142,10 +153,18 @@ def recovered_run(record: Record, now_s: float) -> UsageRecord | None:
         return None
     if not (now_s - RECOVER_S <= record.finish_s <= now_s) or not record.start_s:
         return None
+    return _record_of(record, "succeeded", record.start_s, record.finish_s)
+
+
+def _record_of(
+    record: Record, outcome: str, start_s: float, end_s: float, *, staging: bool = False
+) -> UsageRecord | None:
+    """The usage record of ``record``'s current attempt (which has a job)."""
+    assert record.job is not None
     return run_record(
         uid=record.uid,
         attempt=record.attempts,
-        outcome="succeeded",
+        outcome=outcome,
         namespace=record.namespace,
         name=record.name,
         user=record.user,
@@ -154,8 +173,9 @@ def recovered_run(record: Record, now_s: float) -> UsageRecord | None:
         gpu_type=record.gpu_type,
         gpus=record.job.gpus,
         cluster=record.cluster,
-        start_s=record.start_s,
-        end_s=record.finish_s,
+        start_s=start_s,
+        end_s=end_s,
+        staging=staging,
     )
 
 
@@ -173,18 +193,21 @@ class Accounting:
             )  # fmt: skip
         self.pending: dict[str, UsageRecord] = {}
         self.recovered: set[str] = set()  # keys of pending runs from recovered_run
+        self.stored_already: set[str] = set()  # pending runs the store had when read
         self.loaded = False
         self.written = 0  # records this process added to the store
         self._rolled_at = float("-inf")
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[int] | None = None
         self.gpu_hours = gpu_hours  # cpn_gpu_hours_total (runtime/metrics.py)
+        self.fair = FairFeed()  # fair share and budgets (runtime/fairfeed.py)
 
     def saw(self, before: Record, after: Record, *, forgotten: bool, now_s: float) -> None:
         """A record's transition: the run it ended, if any, is pending from now."""
-        record = ended_run(before, after, forgotten=forgotten, now_s=now_s)
-        if record is not None:
-            self.pending.setdefault(record.key, record)
+        for ended in (ended_staging, ended_run):
+            record = ended(before, after, forgotten=forgotten, now_s=now_s)
+            if record is not None:
+                self.pending.setdefault(record.key, record)
 
     def recover(self, records: Iterable[Record], now_s: float) -> int:
         """After a restart (the AIJobs listed): the recent successes' last runs are pending
@@ -207,8 +230,33 @@ class Accounting:
                 record.gpu_s / 3600.0
             )
 
-    def _load(self, items: list[tuple[str, dict[str, str], str]]) -> None:
+    def usage(self, policy: QueuePolicy, now_s: float) -> Usage | None:
+        """The snapshot's past usage for fair share and budgets (runtime/fairfeed.py)."""
+        if self.fair.configure(policy):
+            log.info("fair share: half-life or budget period changed; usage refed next flush")
+        if self.store is None:
+            self.fair.ready = True  # nothing to read: the runs seen by this process only
+        waiting = (r for key, r in self.pending.items() if key not in self.stored_already)
+        return self.fair.view(waiting, now_s)
+
+    async def load(self, call: Call, now_s: float) -> None:
+        """Read the store now (at start-up, so the first cycle has the past usage)."""
+        if self.store is None or self.loaded:
+            return
+        async with self._lock:
+            try:
+                if not self.loaded:
+                    self._load(await call(self.store.list), now_s)
+            except Exception as err:  # noqa: BLE001 - the next flush reads it again
+                log.warning("usage store not read (%s): read again next cycle", describe(err))
+
+    def _load(self, items: list[tuple[str, dict[str, str], str]], now_s: float) -> None:
         days, archive, errors = stored(items)
+        self.fair.load(days, archive, now_s)
+        by_day = {usage.day: usage for usage in days}
+        self.stored_already = {  # recovered runs the store has: not counted twice meanwhile
+            key for key, r in self.pending.items() if key in by_day.get(r.day, DayUsage("")).runs
+        }
         for error in errors:
             log.error("%s; left out of the usage totals", error)
         for usage in days:
@@ -238,7 +286,10 @@ class Accounting:
         async with self._lock:
             try:
                 if not self.loaded:
-                    self._load(await call(store.list))
+                    self._load(await call(store.list), now_s)
+                elif not self.fair.ready:  # the policy's half-life or period changed
+                    days, archive, _ = stored(await call(store.list))
+                    self.fair.load(days, archive, now_s)
                 added = 0
                 by_day: dict[str, list[UsageRecord]] = defaultdict(list)
                 for record in self.pending.values():
@@ -287,7 +338,9 @@ class Accounting:
         for record in by_key:
             self.pending.pop(record, None)
             self.recovered.discard(record)
+            self.stored_already.discard(record)
         self._count(added)
+        self.fair.add(added)
         self.written += len(added)
         return len(added)
 

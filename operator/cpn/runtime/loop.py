@@ -22,6 +22,7 @@ from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
 from cpn.runtime.delegation import Delegation
 from cpn.runtime.dispatch import Dispatching
+from cpn.runtime.fairfeed import budget_message
 from cpn.runtime.following import Following
 from cpn.runtime.hubwatch import HubWatch
 from cpn.runtime.hubwrites import HubWrites
@@ -100,6 +101,8 @@ class Loop:
         self.dispatching.requeue_uncreated()
         # recent successes whose usage a kill may have lost (runtime/accounting.py)
         self.state.usage.recover(self.state.store.records.values(), self.state.clock.wall())
+        self.state.usage.fair.configure(self.state.store.policy)  # past usage before cycle 1
+        await self.state.usage.load(self.state.call, self.state.clock.wall())
         self._metrics_task = asyncio.get_running_loop().create_task(self.membership.metrics_loop())
         self.state.write_workers = [
             asyncio.get_running_loop().create_task(self.writer.worker())
@@ -181,6 +184,7 @@ class Loop:
         log.info("cycle %s", " ".join(f"{k_}={v}" for k_, v in fields.items()), extra=fields)
         await self.state.observer.cycle(self.cycles, snapshot, plan, wall)
         await self.dispatching.apply(plan, snapshot, chosen, frees)
+        self._budget_events(snapshot)
         self.benchmarking.after_cycle(snapshot, plan)
         self.delegation.after_cycle()
         self._cycle_end = self.state.clock.monotonic()
@@ -200,7 +204,19 @@ class Loop:
         snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         if self.staging is not None:
             snapshot = replace(snapshot, data_cache=self.staging.data_cache())
-        return snapshot
+        usage = self.state.usage.usage(snapshot.policy, snapshot.now_s)
+        return replace(snapshot, usage=usage) if usage is not None else snapshot
+
+    def _budget_events(self, snapshot: Snapshot) -> None:
+        """An Event on a job of each group that went over its GPU-hour budget this cycle."""
+        for group in self.state.usage.fair.newly_over(snapshot):
+            record = next((r for r in self.state.store.pending() if r.group == group), None)
+            if record is None:
+                self.state.usage.fair.forget(group)  # told when one of its jobs waits
+                continue
+            message = budget_message(snapshot.policy, snapshot, group)
+            log.warning("%s", message)
+            self.state.event(record, "OverBudget", message, warning=True)
 
     def _maybe_project(self) -> None:
         """Refresh ETAs in the background, at most every ``eta_interval_s``."""
