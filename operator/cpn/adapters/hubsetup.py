@@ -2,8 +2,10 @@
 
 :func:`register` creates the operator's namespace, its ConfigMaps (the policy), the
 member kubeconfig Secrets and the MemberClusters. Running it again on the same hub
-is harmless: a namespace or MemberCluster that exists is kept, a ConfigMap or Secret
-that exists is replaced. :mod:`cpn.cli.devbed` builds the objects for the test bed.
+is harmless: a namespace that exists is kept, a ConfigMap or Secret that exists is
+replaced, and a MemberCluster that exists gets the spec given (merged into its own, so a
+second registration with another link bandwidth takes effect; its status is kept).
+:mod:`cpn.cli.devbed` builds the objects for the test bed.
 """
 
 from __future__ import annotations
@@ -64,8 +66,15 @@ def register(
                 core.create_namespaced_secret, core.replace_namespaced_secret, namespace, secret
             )
         for member in members:
-            _create(
+            if not _create(
                 custom.create_cluster_custom_object, k.GROUP, k.VERSION, k.MEMBER_PLURAL, member
-            )
+            ):
+                custom.patch_cluster_custom_object(
+                    k.GROUP,
+                    k.VERSION,
+                    k.MEMBER_PLURAL,
+                    member["metadata"]["name"],
+                    {"spec": member["spec"]},
+                )
     finally:
         api.close()
