@@ -14,8 +14,8 @@ it is deleted; for an input declared without a size, its bytes are read first fr
 pod's termination message (the copy program's report) and kept as that input's size from
 that source (:attr:`Staging.sizes`: the cache entry, the link's measurement and the
 cycle's later transfer estimates use it). One that failed is deleted and created again
-after ``data.staging_backoff_s`` (doubling per attempt), up to ``data.staging_attempts`` in all; then every job waiting for
-it fails (``StagingFailed``). A member's cache keeps what the policy's capacity allows
+after ``data.staging_backoff_s`` (doubling per attempt), up to ``data.staging_attempts``
+in all; then every job waiting for it fails (``StagingFailed``). A member's cache keeps what the policy's capacity allows
 (:func:`cpn.core.datacache.evict`, never an input a placed job reads) and is shown in its
 MemberCluster status (``status.cache``), which is also where a restarted operator reads it
 back (:meth:`Staging.restore`); a staging Job that succeeded while no operator ran is taken
