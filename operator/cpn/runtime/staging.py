@@ -9,17 +9,18 @@ record holds its GPUs meanwhile; its member Job is created once every input it r
 present (:func:`~cpn.runtime.stagesteps.staging_done`).
 
 A staging Job that succeeded marks its input present in the member's cache (never before),
-its (bytes, seconds) teach the link source -> member (:class:`cpn.core.staging.Links`), and
-it is deleted; for an input declared without a size, its bytes are read first from its
+its (bytes, seconds) teach the link source -> member (:class:`cpn.core.staging.Links`),
+and it is deleted; for an input declared without a size, its bytes are read first from its
 pod's termination message (the copy program's report) and kept as that input's size from
 that source (:attr:`Staging.sizes`: the cache entry, the link's measurement and the
 cycle's later transfer estimates use it). One that failed is deleted and created again
 after ``data.staging_backoff_s`` (doubling per attempt), up to ``data.staging_attempts``
-in all; then every job waiting for it fails (``StagingFailed``). A member's cache keeps what the policy's capacity allows
-(:func:`cpn.core.datacache.evict`, never an input a placed job reads) and is shown in its
-MemberCluster status (``status.cache``), which is also where a restarted operator reads it
-back (:meth:`Staging.restore`); a staging Job that succeeded while no operator ran is taken
-as present when its member's Jobs are listed.
+in all; then every job waiting for it fails (``StagingFailed``). A member's cache keeps
+what the policy's capacity allows (:func:`cpn.core.datacache.evict`, never an input a
+placed job reads) and is shown in its MemberCluster status (``status.cache``), which is
+also where a restarted operator reads it back (:meth:`Staging.restore`); a staging Job
+that succeeded while no operator ran is taken as present when its member's Jobs are
+listed.
 """
 
 from __future__ import annotations
