@@ -349,3 +349,19 @@ def test_an_input_declared_without_a_size_learns_it_from_its_first_staging():
         assert later.inputs[0].size_gb == 20.0
     finally:
         b.close()
+
+
+def test_with_cluster_scope_the_member_job_mounts_the_shared_claim_its_inputs_went_to():
+    b = bed(DataPolicy(prepull=False, staging_scope="cluster", shared_claim="shared"))
+    try:
+        record = b.add("a", ("ds", "m2", GB))
+        b.start(record, staged=("ds@v1",))
+        name = b.staging_jobs()[0]
+        assert "affinity" not in b.created[name]["spec"]["template"]["spec"]
+        b.report(name, "Succeeded", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z")
+        assert record.phase == k.PHASE_DISPATCHED
+        pod = b.created[record.member_job]["spec"]["template"]["spec"]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]]
+        assert claims == ["shared"]
+    finally:
+        b.close()
