@@ -246,10 +246,7 @@ class Staging:
             report = replace(report, size_bytes=copied)
         else:
             log.warning("staging Job %s on %s reported no size", report.name, member.name)
-        if (member.name, report.ident) in self.moving or report.ident not in self.caches.get(
-            member.name, {}
-        ):
-            self._succeeded(member, report)
+        self._succeeded(member, report)
 
     def _succeeded(self, member: Member, report: StagingSeen) -> None:
         """Staging Job ``report`` on ``member`` succeeded: its input present there, its
