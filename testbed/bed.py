@@ -189,11 +189,14 @@ class Testbed:
         """Every cluster name, hub first."""
         return tuple(c.name for c in self.spec.clusters)
 
-    def set_links(self, links: dict[tuple[str, str], float]) -> None:
+    def set_links(
+        self, links: dict[tuple[str, str], float], sizes: dict[str, int] | None = None
+    ) -> None:
         """Set the bed's true link table (Gbit/s between two members, both ways): how fast
-        the simulated staging copies go (testbed/staging.py); cpn never reads it."""
+        the simulated staging copies go (testbed/staging.py), and the true ``sizes`` (input
+        ident -> bytes) of inputs declared without one; cpn never reads it."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        write_links(self.state_dir / LINKS_FILE, links)
+        write_links(self.state_dir / LINKS_FILE, links, sizes)
 
     @property
     def members(self) -> tuple[str, ...]:

@@ -74,6 +74,7 @@ from testbed.staging import (
     STAGING_LABEL,
     STAGING_OUTCOME_ANNOTATION,
     read_links,
+    read_sizes,
     staging_annotations,
 )
 
@@ -653,7 +654,8 @@ class Watcher:
         if notes is None and STAGING_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
             failing = node is not None and node.staging_outcome == "Failed"
             links = read_links(self.links_file)
-            notes = staging_annotations(obj, self.model.cluster, failing, links, time.time())
+            sizes = read_sizes(self.links_file)
+            notes = staging_annotations(obj, self.model.cluster, failing, links, time.time(), sizes)
         if notes is None:
             return
         self._benchmarked.add(uid)

@@ -3,11 +3,18 @@ bytes over the bed's true link, a node can make stagings fail, and nothing else 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.staging import DEFAULT_LINK_GBPS, read_links, staging_annotations, write_links
+from testbed.staging import (
+    DEFAULT_LINK_GBPS,
+    read_links,
+    read_sizes,
+    staging_annotations,
+    write_links,
+)
 
 NOW = 1_800_000_000.0
 
@@ -48,3 +55,22 @@ def test_other_pods_and_pods_not_running_or_already_ending_are_left_alone(tmp_pa
     assert read_links(tmp_path / "absent.yaml") == {}
     (tmp_path / "bad.yaml").write_text("links: [{between: [a], gbps: nope}]")
     assert read_links(tmp_path / "bad.yaml") == {}
+
+
+def test_a_staging_pod_reports_its_bytes_and_an_unsized_input_copies_its_true_size(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "links.yaml"
+    write_links(path, {("member-a", "member-b"): 8.0}, {"weights@v2": 2 * 10**9})
+    links, sizes = read_links(path), read_sizes(path)
+    sized = staging_annotations(pod(10**9, "member-b"), "member-a", False, links, NOW, sizes)
+    assert sized is not None
+    assert json.loads(sized["testbed.cpn.io/termination-message"])["bytes"] == 10**9
+    unsized = pod(0, "member-b")
+    unsized["metadata"]["annotations"]["cpn.io/staging-input"] = "weights@v2"
+    notes = staging_annotations(unsized, "member-a", False, links, NOW, sizes)
+    assert notes is not None
+    assert json.loads(notes["testbed.cpn.io/termination-message"])["bytes"] == 2 * 10**9
+    assert abs(seconds_to(notes) - 2.0) < 0.01  # 2 GB over 8 Gbit/s
+    failed = staging_annotations(unsized, "member-a", True, links, NOW, sizes)
+    assert failed is not None and "testbed.cpn.io/termination-message" not in failed

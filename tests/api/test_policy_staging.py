@@ -45,3 +45,23 @@ def test_bad_staging_settings_are_refused_naming_the_field(data, field):
     with pytest.raises(PolicyError) as err:
         parse_policy({"data": data})
     assert field in str(err.value)
+
+
+def test_cluster_staging_scope_reads_its_claim_and_node_is_the_default():
+    data = parse_policy({"data": {"staging_scope": "cluster", "shared_claim": "cpn-data"}}).data
+    assert (data.staging_scope, data.shared_claim) == ("cluster", "cpn-data")
+    assert parse_policy({}).data.staging_scope == "node"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"staging_scope": "cluster"}, "data.shared_claim"),  # cluster scope needs a claim
+        ({"staging_scope": "rack", "shared_claim": "x"}, "data.staging_scope"),
+        ({"shared_claim": "Not_A_Claim"}, "data.shared_claim"),
+    ],
+)
+def test_bad_staging_scope_settings_are_refused_naming_the_field(data, field):
+    with pytest.raises(PolicyError) as err:
+        parse_policy({"data": data})
+    assert field in str(err.value)

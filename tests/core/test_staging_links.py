@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.core.staging import WINDOW, Links, gbps, seconds
+from cpn.core.model import DataInput, Job
+from cpn.core.staging import WINDOW, Links, copied_bytes, gbps, seconds, sized
 
 GB = 10**9
 
@@ -45,3 +46,29 @@ def test_a_staging_within_one_cluster_or_of_unknown_size_teaches_nothing() -> No
     assert not links.observe("", "a", GB, 1.0)
     assert not links.observe("b", "a", 0, 1.0)
     assert links.rows() == []
+
+
+def test_the_bytes_copied_are_read_from_the_first_report_that_gives_them() -> None:
+    assert copied_bytes(["", "not json", '{"bytes": 0}', '{"bytes": 4096, "seconds": 1}']) == 4096
+    assert copied_bytes(['{"bytes": true}', '["bytes"]', '{"bytes": "12"}']) is None
+    assert copied_bytes([]) is None
+
+
+def test_an_unsized_input_takes_the_size_learned_from_its_source_only() -> None:
+    job = Job(
+        key="ns/a",
+        submit_s=0.0,
+        inputs=(
+            DataInput(name="weights", version="v2", location="member-b"),
+            DataInput(name="imagenet", size_gb=5.0, location="member-b"),
+            DataInput(name="other", location="member-c"),
+        ),
+    )
+    learned = {
+        ("member-b", "weights@v2"): 3 * GB,
+        ("member-b", "imagenet"): GB,
+        ("member-b", "other"): GB,
+    }
+    out = sized(job, learned)
+    assert [i.size_gb for i in out.inputs] == [3.0, 5.0, 0.0]  # declared sizes win
+    assert sized(job, {}) is job

@@ -16,7 +16,9 @@ A100s run it much faster. The tests run in this order, each building on the last
    Running, the transfer estimate in ``cpn explain``; a second job reading the same dataset
    there stages nothing;
 5. the operator killed and started again reads member-a's cache back from its MemberCluster
-   status: a third reader of that dataset there stages nothing either.
+   status: a third reader of that dataset there stages nothing either;
+6. an input declared without ``sizeBytes``: its staging reports the bed's true size, which
+   member-a's cache then lists as the input's size.
 """
 
 from __future__ import annotations
@@ -228,3 +230,21 @@ def test_the_cache_survives_an_operator_restart(hub: Hub) -> None:
         status = wait_status(hub, ns, "after", timeout_s=120, phase="Running")
         assert status["cluster"] == A and not status.get("staging"), json.dumps(status)
         assert "Staging" not in events_of(hub, ns, "after")
+
+
+def test_an_input_without_a_size_learns_it_from_its_first_staging(hub: Hub) -> None:
+    """No ``sizeBytes``: the staging copies the bed's true 50 GB and reports it; cpn keeps
+    it as the input's size in member-a's cache."""
+    hub.tb.set_links({(A, B): TRUE_GBPS}, sizes={"unsized@v1": 50 * GB})
+    with new_namespace(hub, "stage-unsized") as ns:
+        job = reader("unsized", "unsized", B, 0, gpu_types=[A100])
+        del job["spec"]["inputs"][0]["sizeBytes"]
+        assert apply(hub, ns, job).returncode == 0
+        wait_status(hub, ns, "unsized", timeout_s=120, phase="Succeeded")
+
+        def entry() -> dict[str, Any] | None:
+            entries = (member_status(hub, A).get("cache") or {}).get("entries") or []
+            return next((e for e in entries if e["input"] == "unsized@v1"), None)
+
+        row = wait_until(entry, timeout_s=60, what="member-a's cache entry of unsized@v1")
+        assert row["sizeBytes"] == 50 * GB, row

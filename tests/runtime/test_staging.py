@@ -318,3 +318,50 @@ def test_the_cache_status_is_capped_and_read_back_after_a_restart():
         assert len(b.staging.caches["m1"]) == 20
     finally:
         b.close()
+
+
+def test_an_input_declared_without_a_size_learns_it_from_its_first_staging():
+    """Its staging Job says 0 bytes; once it succeeded, the bytes its pod reports are the
+    input's size in the cache, the link's measurement and later estimates from its source."""
+    b = bed(DataPolicy(prepull=False))
+    asked: list[str] = []
+
+    def messages(job: str) -> list[str]:
+        asked.append(job)
+        return ["", '{"dest": "/d", "bytes": 20000000000, "seconds": 16.0}']
+
+    b.m1.termination_messages = messages  # type: ignore[attr-defined]
+    try:
+        record = b.add("a", ("weights", "m2", 0))
+        b.start(record, staged=("weights@v1",))
+        name = b.staging_jobs()[0]
+        seen = read_staging_job(b.created[name])
+        assert seen is not None and seen.size_bytes == 0
+        b.clock.advance(20)
+        b.report(name, "Succeeded", "2026-01-01T00:00:00Z", "2026-01-01T00:00:16Z")
+        b.run(lambda: asyncio.sleep(0.1))  # the pods' report read
+        assert asked == [name]
+        assert record.phase == k.PHASE_DISPATCHED
+        assert b.staging.caches["m1"]["weights@v1"].size_gb == 20.0
+        assert b.staging.links.count("m2", "m1") == 1  # 20 GB in 16 s: 10 Gbit/s measured
+        assert b.staging.links.estimate("m2", "m1", None) == 10.0
+        later = b.staging.sized(record.job)  # type: ignore[arg-type]
+        assert later.inputs[0].size_gb == 20.0
+    finally:
+        b.close()
+
+
+def test_with_cluster_scope_the_member_job_mounts_the_shared_claim_its_inputs_went_to():
+    b = bed(DataPolicy(prepull=False, staging_scope="cluster", shared_claim="shared"))
+    try:
+        record = b.add("a", ("ds", "m2", GB))
+        b.start(record, staged=("ds@v1",))
+        name = b.staging_jobs()[0]
+        assert "affinity" not in b.created[name]["spec"]["template"]["spec"]
+        b.report(name, "Succeeded", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z")
+        assert record.phase == k.PHASE_DISPATCHED
+        pod = b.created[record.member_job]["spec"]["template"]["spec"]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]]
+        assert claims == ["shared"]
+    finally:
+        b.close()

@@ -58,3 +58,23 @@ def test_a_missing_source_fails_with_its_name(tmp_path: Path) -> None:
     done = _stage("--uri", str(tmp_path / "nope"), "--dest", str(tmp_path / "d"))
     assert done.returncode == 1
     assert "nope" in done.stderr
+
+
+def test_reports_the_bytes_copied_in_its_termination_message(tmp_path: Path) -> None:
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"z" * 777)
+    report = tmp_path / "termination-log"
+    report.write_text("")  # the kubelet creates it
+    dest = tmp_path / "cache" / "weights"
+    done = _stage("--uri", str(source), "--dest", str(dest), "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report.read_text())["bytes"] == 777
+
+
+def test_writes_no_report_where_there_is_no_termination_log(tmp_path: Path) -> None:
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"z" * 10)
+    report = tmp_path / "absent" / "termination-log"
+    done = _stage("--uri", str(source), "--dest", str(tmp_path / "d"), "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert not report.exists()

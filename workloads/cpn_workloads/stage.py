@@ -6,8 +6,11 @@
 the standard library; ``rsync`` and ``rclone`` run those tools (which the image must hold).
 The copy lands in ``D.partial`` and is renamed to ``D`` only once complete, so a failed or
 interrupted staging never leaves a half copy under the final name. When ``--bytes`` is
-given the copy must be that long. It prints one JSON line (bytes, seconds) and exits 0, or
-names what failed and exits 1. Standard library only: no torch is imported.
+given the copy must be that long. It prints one JSON line (dest, bytes, seconds), writes the
+same line to ``--report`` (default ``/dev/termination-log``, the container's termination
+message, where cpn reads the size of an input declared without one) when that file exists
+(the kubelet creates it in every container), and exits 0; or names what failed and exits
+1. Standard library only: no torch is imported.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uri", required=True)
     parser.add_argument("--dest", required=True, type=Path)
     parser.add_argument("--bytes", type=int, default=0, help="expected size (0: unknown)")
+    parser.add_argument("--report", type=Path, default=Path("/dev/termination-log"))
     args = parser.parse_args(argv)
     began = time.monotonic()
     try:
@@ -83,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"staging {args.uri} to {args.dest} failed: {err}", file=sys.stderr)
         return 1
     took = time.monotonic() - began
-    print(json.dumps({"dest": str(args.dest), "bytes": copied, "seconds": round(took, 3)}))
+    line = json.dumps({"dest": str(args.dest), "bytes": copied, "seconds": round(took, 3)})
+    print(line)
+    if args.report.exists():
+        try:
+            args.report.write_text(line + "\n")
+        except OSError as err:  # the copy is done: a report not written is only told
+            print(f"report not written to {args.report}: {err}", file=sys.stderr)
     return 0
 
 

@@ -20,6 +20,10 @@ from cpn.core.model import Start
 _MAX_NAME = 63
 
 
+#: the volume of the shared data claim in a member Job's pods
+_SHARED = "cpn-data"
+
+
 def member_job_name(name: str, uid: str, attempt: int) -> str:
     """``<name>-<uid[:8]>-<attempt>``, cut to a valid 63-character DNS label."""
     suffix = f"-{uid.replace('-', '')[:8]}-{attempt}"
@@ -72,6 +76,7 @@ def render_job(
     hami_pool: str | None = None,
     resume_from_s: float | None = None,
     fence: str = "",
+    shared_data: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The batch/v1 Job that runs ``start`` of the AIJob ``body`` on its member cluster.
 
@@ -88,6 +93,10 @@ def render_job(
     ``affinity`` is ``node`` (required affinity to the chosen nodes) or
     ``gpu-type`` (only to nodes whose ``nvidia.com/gpu.product`` is
     ``gpu_product``). Retries are cpn's, so the Job itself never retries.
+
+    ``shared_data`` (claim, path): the PersistentVolumeClaim its inputs were staged into
+    (policy ``data.staging_scope: cluster``), mounted read-only at ``path`` in every
+    container, as volume ``cpn-data``.
     """
     spec = body["spec"]
     meta = body["metadata"]
@@ -130,6 +139,15 @@ def render_job(
         _with_resources(c, index == 0, res, share, env)
         for index, c in enumerate(pod_spec.get("containers") or [])
     ]
+    if shared_data is not None:
+        claim, path = shared_data
+        volume = {"name": _SHARED, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), volume]
+        mount = {"name": _SHARED, "mountPath": path, "readOnly": True}
+        pod_spec["containers"] = [
+            {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]}
+            for c in pod_spec["containers"]
+        ]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -41,6 +41,7 @@ from cpn.core.fence import MEMBER_LOST_CHOICES
 from cpn.core.policy import (
     BENCHMARK_MODELS,
     COPY_TOOLS,
+    STAGING_SCOPES,
     Aging,
     Benchmarks,
     DataPolicy,
@@ -163,6 +164,17 @@ def _models(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def claim_name(value: Any) -> str:
+    """A PersistentVolumeClaim name: a DNS subdomain (lower-case letters, digits, '-', '.')."""
+    name = ident(value)
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise Invalid(f"{name!a}: not a claim name (lower-case letters, digits, '-', '.'; ≤ 253)")
+    return name
+
+
 def _image(value: Any) -> str:
     """A container image reference: printable ASCII, no spaces."""
     name = ident(value)
@@ -188,6 +200,8 @@ _DATA: Mapping[str, Parser] = {
     "staging_backoff_s": number(0.0, 86400.0),
     "staging_timeout_s": number(1.0, 7 * 86400.0),
     "prepull": boolean,
+    "staging_scope": choice(STAGING_SCOPES),
+    "shared_claim": claim_name,
 }
 _DATA_KEYS = (*_DATA, "cache_gb")
 _QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)
@@ -235,6 +249,12 @@ def _data(reader: PolicyReader, value: Any) -> DataPolicy:
     sizes = reader.table(
         section.get("cache_gb"), "data.cache_gb", "cluster", number(0.0, MAX_CACHE_GB)
     )
+    if fields.get("staging_scope") == "cluster" and not fields.get("shared_claim"):
+        reader.error(
+            "data.shared_claim",
+            "required when data.staging_scope is cluster: the PersistentVolumeClaim (in each "
+            "member's job namespace) that stagings copy into and training Jobs mount",
+        )
     return DataPolicy(cache_gb=MappingProxyType(sizes), **fields)
 
 

@@ -5,11 +5,14 @@ One staging Job per (member, input, staging, attempt): its name comes from a has
 input's ident, the attempt and a nonce per staging (creating it twice answers
 AlreadyExists); two jobs needing the same input on a member share one staging (the
 runtime's table, :mod:`cpn.runtime.staging`). Kubernetes removes it an hour after it ends
-(``ttlSecondsAfterFinished``) if cpn has not. It is pinned to the node the job will run
-on and runs the workload image's copy program (``python -m cpn_workloads.stage``) with
-the policy's copy tool and destination; its annotations (on the Job and its pod) say what
-it copies, from where, how many bytes and what cpn predicted it to take: a restarted
-operator, and the test bed's pod simulator, read them there.
+(``ttlSecondsAfterFinished``) if cpn has not. It is pinned to the node the job will run on
+(policy ``data.staging_scope: node``, copying onto a ``hostPath``), or runs anywhere in
+the member copying into the PersistentVolumeClaim ``data.shared_claim`` (``cluster``,
+which the training Job then mounts: :func:`cpn.api.jobs.render_job`), and runs the
+workload image's copy program (``python -m cpn_workloads.stage``) with the policy's copy
+tool and destination; its annotations (on the Job and its pod) say what it copies, from
+where, how many bytes and what cpn predicted it to take: a restarted operator, and the
+test bed's pod simulator, read them there.
 """
 
 from __future__ import annotations
@@ -101,8 +104,17 @@ def render_staging_job(
         "volumeMounts": [{"name": "data", "mountPath": data.copy_dest}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    node_term = {"key": k.HOSTNAME_LABEL, "operator": "In", "values": [order.node]}
-    affinity = {"nodeSelectorTerms": [{"matchExpressions": [node_term]}]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [data_volume(data)],
+    }
+    if data.staging_scope != "cluster":  # pinned where the job will run
+        node_term = {"key": k.HOSTNAME_LABEL, "operator": "In", "values": [order.node]}
+        affinity = {"nodeSelectorTerms": [{"matchExpressions": [node_term]}]}
+        pod["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}
+        }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -120,22 +132,18 @@ def render_staging_job(
             "ttlSecondsAfterFinished": 3600,
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "affinity": {
-                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}
-                    },
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "data",
-                            "hostPath": {"path": data.copy_dest, "type": "DirectoryOrCreate"},
-                        }
-                    ],
-                },
+                "spec": pod,
             },
         },
     }
+
+
+def data_volume(data: DataPolicy, name: str = "data") -> dict[str, Any]:
+    """The volume stagings copy into: the node's ``copy_dest`` (``hostPath``), or with
+    ``staging_scope: cluster`` the member's PersistentVolumeClaim ``shared_claim``."""
+    if data.staging_scope == "cluster":
+        return {"name": name, "persistentVolumeClaim": {"claimName": data.shared_claim}}
+    return {"name": name, "hostPath": {"path": data.copy_dest, "type": "DirectoryOrCreate"}}
 
 
 @dataclass(frozen=True, slots=True)

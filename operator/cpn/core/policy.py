@@ -258,7 +258,11 @@ class DataPolicy:
     ``copy_tool`` into ``copy_dest``/<name@version>; a failed staging is retried after
     ``staging_backoff_s`` (doubling), at most ``staging_attempts`` times in all; one runs at
     most ``staging_timeout_s`` (its Job's ``activeDeadlineSeconds``); with
-    ``prepull`` the job's images are pulled onto that node meanwhile.
+    ``prepull`` the job's images are pulled onto that node meanwhile. ``staging_scope``
+    ``node`` (the default) pins each staging Job to the job's node and copies onto a
+    ``hostPath``; ``cluster`` runs it anywhere in the member, copying into the
+    PersistentVolumeClaim ``shared_claim`` (in the member's job namespace), which the
+    training Job then mounts at ``copy_dest`` too.
     """
 
     locality: bool = True
@@ -271,7 +275,12 @@ class DataPolicy:
     staging_backoff_s: float = 10.0
     staging_timeout_s: float = 21600.0
     prepull: bool = True
+    staging_scope: str = "node"
+    shared_claim: str = ""
 
+
+#: where a staging Job runs and copies to (DataPolicy.staging_scope)
+STAGING_SCOPES = ("node", "cluster")
 
 #: the copy programs a staging Job may run (workloads/cpn_workloads/stage.py)
 COPY_TOOLS = ("copy", "rsync", "rclone")

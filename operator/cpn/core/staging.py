@@ -8,19 +8,28 @@ with the static figure (MemberCluster ``spec.bandwidthGbps``) counted as one mor
 measurement while fewer than :data:`TRUSTED` are in: the static figure is the prior, and
 from the third staging on it no longer counts. A link with no staging yet keeps its
 static figure.
+
+An input declared without ``sizeBytes`` is staged all the same; the copy program reports
+the bytes it copied (its termination message, :func:`copied_bytes`), and that size is
+kept per (source, input) (:func:`sized`): the member's cache entry, later transfer
+estimates of that input from that source and the link's measurement all use it.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from cpn.core.model import Job
 
 #: measurements kept per link, and how many before the prior no longer counts
 WINDOW = 9
 TRUSTED = 3
 _BITS_PER_BYTE = 8.0
 _GBIT = 1e9
+_BYTES_PER_GB = 1e9
 
 
 def gbps(size_bytes: float, seconds: float) -> float | None:
@@ -96,3 +105,30 @@ def _static(table: Mapping[str, Mapping[str, float]], source: str, member: str) 
     if value is None:
         value = table.get(member, {}).get(source)
     return value
+
+
+def copied_bytes(messages: Iterable[str]) -> int | None:
+    """The bytes a staging copied, from its pod's termination messages: the first that is
+    a JSON object with a positive integer ``bytes`` (the copy program's report); None when
+    none is."""
+    for message in messages:
+        try:
+            doc = json.loads(message)
+        except ValueError:
+            continue
+        value = doc.get("bytes") if isinstance(doc, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def sized(job: Job, learned: Mapping[tuple[str, str], int]) -> Job:
+    """``job`` with each input declared without a size given the size learned when it was
+    staged from its source (``learned``: (source, ident) -> bytes); as is when none is."""
+    inputs = tuple(
+        replace(i, size_gb=learned[(i.location or "", i.ident)] / _BYTES_PER_GB)
+        if i.size_gb <= 0 and (i.location or "", i.ident) in learned
+        else i
+        for i in job.inputs
+    )
+    return job if inputs == job.inputs else replace(job, inputs=inputs)

@@ -17,6 +17,7 @@ from cpn.api.status import queue_positions
 from cpn.core.explain import Choice, Frees
 from cpn.core.fence import holds_for_member
 from cpn.core.model import CyclePlan, Snapshot, Start, WaitReason
+from cpn.core.policy import DataPolicy
 from cpn.runtime import effects, lifecycle
 from cpn.runtime.following import Following, uncreated
 from cpn.runtime.hubwrites import HubWrites
@@ -217,6 +218,7 @@ class Dispatching:
             hami_pool=self.state.config.hami_pool or None,
             resume_from_s=create.resume_from_s,
             fence=record.fence,
+            shared_data=_shared_data(self.state.store.policy.data, record),
         )
         if self.state.config.dry_run:
             return
@@ -299,3 +301,13 @@ def _product_label(member: Member, start: Start) -> str | None:
             if value:
                 return str(value)
     return None
+
+
+def _shared_data(data: DataPolicy, record: Record) -> tuple[str, str] | None:
+    """(claim, path) a member Job mounts: with ``data.staging_scope: cluster``, the shared
+    claim its inputs are staged into, when it reads any (None otherwise)."""
+    if data.staging_scope != "cluster" or not data.shared_claim:
+        return None
+    if record.job is None or not record.job.inputs:
+        return None
+    return data.shared_claim, data.copy_dest

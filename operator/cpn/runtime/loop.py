@@ -203,7 +203,8 @@ class Loop:
             bandwidth = self.staging.bandwidth(bandwidth)
         snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         if self.staging is not None:
-            snapshot = replace(snapshot, data_cache=self.staging.data_cache())
+            pending = tuple(self.staging.sized(job) for job in snapshot.pending)
+            snapshot = replace(snapshot, pending=pending, data_cache=self.staging.data_cache())
         usage = self.state.usage.usage(snapshot.policy, snapshot.now_s)
         return replace(snapshot, usage=usage) if usage is not None else snapshot
 

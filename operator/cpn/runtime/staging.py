@@ -9,14 +9,18 @@ record holds its GPUs meanwhile; its member Job is created once every input it r
 present (:func:`~cpn.runtime.stagesteps.staging_done`).
 
 A staging Job that succeeded marks its input present in the member's cache (never before),
-its (bytes, seconds) teach the link source -> member (:class:`cpn.core.staging.Links`), and
-it is deleted. One that failed is deleted and created again after ``data.staging_backoff_s``
-(doubling per attempt), up to ``data.staging_attempts`` in all; then every job waiting for
-it fails (``StagingFailed``). A member's cache keeps what the policy's capacity allows
-(:func:`cpn.core.datacache.evict`, never an input a placed job reads) and is shown in its
-MemberCluster status (``status.cache``), which is also where a restarted operator reads it
-back (:meth:`Staging.restore`); a staging Job that succeeded while no operator ran is taken
-as present when its member's Jobs are listed.
+its (bytes, seconds) teach the link source -> member (:class:`cpn.core.staging.Links`),
+and it is deleted; for an input declared without a size, its bytes are read first from its
+pod's termination message (the copy program's report) and kept as that input's size from
+that source (:attr:`Staging.sizes`: the cache entry, the link's measurement and the
+cycle's later transfer estimates use it). One that failed is deleted and created again
+after ``data.staging_backoff_s`` (doubling per attempt), up to ``data.staging_attempts``
+in all; then every job waiting for it fails (``StagingFailed``). A member's cache keeps
+what the policy's capacity allows (:func:`cpn.core.datacache.evict`, never an input a
+placed job reads) and is shown in its MemberCluster status (``status.cache``), which is
+also where a restarted operator reads it back (:meth:`Staging.restore`); a staging Job
+that succeeded while no operator ran is taken as present when its member's Jobs are
+listed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from cpn.api import constants as k
 from cpn.api.staging import (
     StagingOrder,
+    StagingSeen,
     images_of,
     input_uri,
     read_staging_job,
@@ -38,8 +43,8 @@ from cpn.api.staging import (
     render_staging_job,
 )
 from cpn.core.datacache import capacity_gb, reads_on
-from cpn.core.model import Cached, ClusterCache, Start
-from cpn.core.staging import Links, seconds
+from cpn.core.model import Cached, ClusterCache, Job, Start
+from cpn.core.staging import Links, copied_bytes, seconds, sized
 from cpn.runtime import effects, stagesteps
 from cpn.runtime.following import Following
 from cpn.runtime.lifecycle import Step
@@ -79,6 +84,9 @@ class Staging:
         self.moving: dict[tuple[str, str], Moving] = {}  # (member, ident) -> its staging
         self.held: dict[str, tuple[Start, effects.CreateJob, float]] = {}  # key -> its create
         self.links = Links()
+        # (source, ident) -> bytes, of inputs declared without a size, as their staging copied
+        self.sizes: dict[tuple[str, str], int] = {}
+        self.reading: set[tuple[str, str]] = set()  # (member, Job) whose report is being read
 
     # --- what the cycle sees --------------------------------------------------------
 
@@ -97,6 +105,10 @@ class Staging:
                 size_gb=size, last_used_s=moving.began_s, ready_s=ready
             )
         return dict(out)
+
+    def sized(self, job: Job) -> Job:
+        """``job`` with the sizes learned for its inputs declared without one."""
+        return sized(job, self.sizes) if self.sizes else job
 
     # --- a start ----------------------------------------------------------------------
 
@@ -122,7 +134,7 @@ class Staging:
             if moving is None:
                 wanted = inputs[ident]
                 source = wanted.location or ""
-                size = round(wanted.size_gb * _BYTES_PER_GB)
+                size = round(wanted.size_gb * _BYTES_PER_GB) or self.sizes.get((source, ident), 0)
                 gbps = self.links.estimate(
                     source, start.cluster, self._static(source, start.cluster)
                 )
@@ -204,33 +216,62 @@ class Staging:
             if ours and moving is not None and not report.result:
                 self._failed(member.name, moving, "its staging Job was deleted")
             return
+        unsized = report.size_bytes <= 0 and not self.state.config.dry_run
+        if report.result == "Succeeded" and unsized:
+            if (member.name, report.name) not in self.reading:  # its size: from its report
+                self.reading.add((member.name, report.name))
+                asyncio.get_running_loop().create_task(self._read_size(member, report))
+            return
         if report.result == "Succeeded":
-            now = self.state.clock.wall()
-            cache = self.caches.get(member.name, {})
-            self.caches[member.name] = stagesteps.present(
-                cache, report.ident, report.size_bytes, now
-            )
-            if ours and moving is not None:
-                took = _took(report.started_s, report.finished_s, moving.began_s, now)
-                if self.links.observe(report.source, member.name, report.size_bytes, took):
-                    log.info(
-                        "staging %s to %s: %d bytes in %.1fs (predicted %.1fs)",
-                        report.ident,
-                        member.name,
-                        report.size_bytes,
-                        took,
-                        report.predicted_s,
-                    )
-                del self.moving[(member.name, report.ident)]
-                self._ready(member.name, moving)
-            self.state.pool.submit(quiet, member.delete_job, report.name)
-            self._evict(member.name)
-            self.state.kick()
+            self._succeeded(member, report)
         elif (
             report.result == "Failed" and ours and moving is not None and moving.retry_at_s is None
         ):  # not a failure seen again before its deletion landed (already counted)
             self.state.pool.submit(quiet, member.delete_job, report.name)
             self._failed(member.name, moving, report.message)
+
+    async def _read_size(self, member: Member, report: StagingSeen) -> None:
+        """A staging Job of an input declared without a size succeeded: the bytes it copied
+        (its pod's termination message) become the input's size, then it counts as any."""
+        try:
+            messages = await self.state.call(member.termination_messages, report.name)
+        except Exception as err:  # noqa: BLE001 - the size stays unknown; the staging counts
+            log.warning("staging Job %s on %s: pods not read: %s", report.name, member.name, err)
+            messages = []
+        finally:
+            self.reading.discard((member.name, report.name))
+        copied = copied_bytes(messages)
+        if copied is not None:
+            self.sizes[(report.source, report.ident)] = copied
+            report = replace(report, size_bytes=copied)
+        else:
+            log.warning("staging Job %s on %s reported no size", report.name, member.name)
+        self._succeeded(member, report)
+
+    def _succeeded(self, member: Member, report: StagingSeen) -> None:
+        """Staging Job ``report`` on ``member`` succeeded: its input present there, its
+        link taught, the jobs waiting for it dispatched, the Job deleted."""
+        moving = self.moving.get((member.name, report.ident))
+        ours = moving is not None and moving.job == report.name
+        now = self.state.clock.wall()
+        cache = self.caches.get(member.name, {})
+        self.caches[member.name] = stagesteps.present(cache, report.ident, report.size_bytes, now)
+        if ours and moving is not None:
+            took = _took(report.started_s, report.finished_s, moving.began_s, now)
+            if self.links.observe(report.source, member.name, report.size_bytes, took):
+                log.info(
+                    "staging %s to %s: %d bytes in %.1fs (predicted %.1fs)",
+                    report.ident,
+                    member.name,
+                    report.size_bytes,
+                    took,
+                    report.predicted_s,
+                )
+            del self.moving[(member.name, report.ident)]
+            self._ready(member.name, moving)
+        self.state.pool.submit(quiet, member.delete_job, report.name)
+        self._evict(member.name)
+        self.state.kick()
 
     def _ready(self, cluster: str, moving: Moving) -> None:
         """Records waiting for ``moving`` whose every input is now there are dispatched."""
