@@ -203,7 +203,9 @@ class Loop:
             bandwidth = self.staging.bandwidth(bandwidth)
         snapshot = self.state.store.snapshot(self.state.clock.wall(), clusters, bandwidth)
         if self.staging is not None:
-            pending = tuple(self.staging.sized(job) for job in snapshot.pending)
+            pending = snapshot.pending
+            if self.staging.sizes:  # most clusters never learn a size: no pass over the queue
+                pending = tuple(self.staging.sized(job) for job in pending)
             snapshot = replace(snapshot, pending=pending, data_cache=self.staging.data_cache())
         usage = self.state.usage.usage(snapshot.policy, snapshot.now_s)
         return replace(snapshot, usage=usage) if usage is not None else snapshot

@@ -108,7 +108,7 @@ class Staging:
 
     def sized(self, job: Job) -> Job:
         """``job`` with the sizes learned for its inputs declared without one."""
-        return sized(job, self.sizes) if self.sizes else job
+        return sized(job, self.sizes)
 
     # --- a start ----------------------------------------------------------------------
 
