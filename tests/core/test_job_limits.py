@@ -14,6 +14,7 @@ from cpn.api.policy import parse_policy
 from cpn.core.check import check_plan
 from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
+from cpn.core.explain import explain
 from cpn.core.model import WaitReason
 from cpn.core.policy import GroupQuota, Limit, Placement, QueuePolicy, Quotas
 from cpn.core.quota import QuotaLedger
@@ -206,3 +207,18 @@ def test_lending_lends_idle_gpus_but_never_job_slots() -> None:
     (hold,) = plan.holds
     assert hold.message == "user alice in vision: concurrent-job limit 2 reached (2 running)"
     assert check_plan(plan, snap) == ()
+
+
+def test_explain_shows_the_job_limit_in_use() -> None:
+    snap = snapshot(
+        jobs=[_mine("a2")],
+        running_jobs=[running(_mine("a1"), "north", "A100-80GB", ("north-0",))],
+        clusters=_free_for_all(),
+        policy=_policy(group=4, alice=1),
+    )
+    found = explain(snap, plan_cycle(snap), "a2")
+    assert found.quotas == (
+        "group vision: 1 of 4 jobs running",
+        "user alice in vision: 1 of 1 jobs running",
+    )
+    assert found.message == "user alice in vision: concurrent-job limit 1 reached (1 running)"
