@@ -258,6 +258,14 @@ def test_a_users_concurrent_job_limit_lets_one_job_run_at_a_time(
             "spec.users.alice.jobs: 3 concurrent jobs exceeds the bound of group vision, 2"
             in done.stderr
         ), done.stderr
+        everyone = json.loads(groupquota())
+        everyone["spec"]["defaultUser"] = {"jobs": 4}
+        done = as_user(hub, "vera", "-n", vision, "apply", "-f", "-", input_=json.dumps(everyone))
+        assert done.returncode != 0
+        assert (
+            "spec.defaultUser.jobs: 4 concurrent jobs exceeds the bound of group vision, 2"
+            in done.stderr
+        ), done.stderr
         done = as_user(
             hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"jobs": 1})
         )
