@@ -16,7 +16,7 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.errors import PolicyError
 from cpn.core.explain import explain
 from cpn.core.model import WaitReason
-from cpn.core.policy import GroupQuota, Limit, Placement, QueuePolicy, Quotas
+from cpn.core.policy import GroupQuota, Limit, Placement, Preemption, QueuePolicy, Quotas
 from cpn.core.quota import QuotaLedger
 from tests.builders import cluster, job, nodes, running, snapshot
 
@@ -222,3 +222,36 @@ def test_explain_shows_the_job_limit_in_use() -> None:
         "user alice in vision: 1 of 1 jobs running",
     )
     assert found.message == "user alice in vision: concurrent-job limit 1 reached (1 running)"
+
+
+def test_no_preemption_is_made_for_a_job_that_could_not_start_for_its_job_limit() -> None:
+    """Two urgent jobs of alice (one slot) over two preemptible jobs: one preemption only. Without
+    the limit both are made."""
+    room = [cluster("m", nodes("m", 2, gpus=4, free=[0.0, 0.0]))]
+    veterans = [
+        running(
+            job(f"v{i}", gpus=4, runtime_s=40_000.0, checkpoint=True, group="other"),
+            "m",
+            "A100-80GB",
+            (f"m-{i}",),
+            end_s=40_000.0,
+        )
+        for i in range(2)
+    ]
+    urgent = [
+        job(f"u{i}", gpus=4, submitted_s=1000.0, priority=5, group="vision", user="alice")
+        for i in range(2)
+    ]
+    base = _policy()
+    policy = replace(
+        base,
+        preemption=Preemption(enabled=True),
+        quotas=replace(base.quotas, max_priority=None),
+    )
+    snap = snapshot(jobs=urgent, clusters=room, running_jobs=veterans, now_s=1000.0, policy=policy)
+    assert len(plan_cycle(snap).preemptions) == 2
+    limited = replace(
+        snap, policy=replace(policy, quotas=replace(_policy(alice=1).quotas, max_priority=None))
+    )
+    (only,) = plan_cycle(limited).preemptions
+    assert only.for_key in {"u0", "u1"}

@@ -102,13 +102,23 @@ class QuotaLedger:
                 return reasons.over_job_limit(bucket.label, self.running(bucket), limit)
         return ""
 
-    def take(self, job: Job, gpu_type: str) -> None:
-        """Count a start (or a running job) against its group, user and domain."""
+    def _keys(self, job: Job) -> list[tuple[str, str]]:
         keys = [("g", job.group), ("u", f"{job.group}/{job.user}")]
         quota = self.policy.quotas.groups.get(job.group)
         if quota is not None and quota.domains:
             keys.append(("d", f"{job.group}@{job_domain(self.policy, job)}"))
-        for key in keys:
+        return keys
+
+    def take(self, job: Job, gpu_type: str) -> None:
+        """Count a start (or a running job) against its group, user and domain."""
+        for key in self._keys(job):
             self.total[key] = self.total.get(key, 0.0) + job.gpus
             self.per_type[(key, gpu_type)] = self.per_type.get((key, gpu_type), 0.0) + job.gpus
+            self.jobs[key] = self.jobs.get(key, 0) + 1
+
+    def take_slot(self, job: Job) -> None:
+        """Count ``job`` against its concurrent-job limits only: a preemption made for it
+        keeps the slot it will start in next cycle, so no second preemption is made for a
+        job of its group or user that could not start then."""
+        for key in self._keys(job):
             self.jobs[key] = self.jobs.get(key, 0) + 1
