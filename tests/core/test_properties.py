@@ -47,7 +47,12 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
             node_list.append(node)
             if used:
-                holder = job(f"run-{name}-{n}", gpus=used, group=draw(st.sampled_from("gh")))
+                holder = job(
+                    f"run-{name}-{n}",
+                    gpus=used,
+                    group=draw(st.sampled_from("gh")),
+                    user=draw(st.sampled_from(["u0", "u2"])),
+                )
                 running.append(
                     Running(
                         job=holder,
@@ -83,7 +88,11 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     quotas = Quotas(
         groups={
             "g": GroupQuota(
-                limit=Limit(gpus=draw(st.sampled_from([4.0, 16.0]))), users={"u1": Limit(gpus=4.0)}
+                limit=Limit(gpus=draw(st.sampled_from([4.0, 16.0]))),
+                users={
+                    "u1": Limit(gpus=4.0),
+                    "u2": Limit(jobs=draw(st.sampled_from([None, 1, 2]))),
+                },
             )
         }
     )
@@ -145,6 +154,11 @@ def test_quotas_are_never_exceeded(snap: Snapshot) -> None:
     assert not started or group_used + sum(j.gpus for j in started) <= quota.limit.gpus + 1e-9
     user_started = [j for j in started if j.user == "u1"]
     assert sum(j.gpus for j in user_started) <= 4.0 + 1e-9
+    cap = quota.users["u2"].jobs
+    if cap is not None:
+        u2_running = sum(1 for r in snap.running if (r.job.group, r.job.user) == ("g", "u2"))
+        u2_started = sum(1 for j in started if j.user == "u2")
+        assert not u2_started or u2_running + u2_started <= cap
 
 
 def _as_running(snap: Snapshot, plan_starts, jobs: dict[str, Job]) -> Snapshot:

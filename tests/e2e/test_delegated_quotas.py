@@ -234,3 +234,68 @@ def test_group_admin_acts_on_the_groups_jobs_and_is_denied_elsewhere(
     )
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
     assert hub.aijob(nlp, "n1")["spec"].get("suspend") is False
+
+
+def test_a_users_concurrent_job_limit_lets_one_job_run_at_a_time(
+    hub: Hub, teams: tuple[str, str, str]
+) -> None:
+    """The group's job bound (2) is checked by the API server; vera gives alice 1 job at a time
+    by a GroupQuota; of alice's two 1-GPU AIJobs, with GPUs free for both, one runs and the
+    other waits naming the limit, then starts once the first has finished."""
+    vision, _, _ = teams
+    set_policy(hub, POLICY.replace("vision: {gpus: 4}", "vision: {gpus: 4, jobs: 2}"))
+    try:
+        wait_until(
+            lambda: bounds(hub).get(f"{vision}.jobs") == "2",
+            timeout_s=60,
+            what="the operator writing vision's job bound into cpn-group-bounds",
+        )
+        done = as_user(
+            hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"jobs": 3})
+        )
+        assert done.returncode != 0
+        assert (
+            "spec.users.alice.jobs: 3 concurrent jobs exceeds the bound of group vision, 2"
+            in done.stderr
+        ), done.stderr
+        everyone = json.loads(groupquota())
+        everyone["spec"]["defaultUser"] = {"jobs": 4}
+        done = as_user(hub, "vera", "-n", vision, "apply", "-f", "-", input_=json.dumps(everyone))
+        assert done.returncode != 0
+        assert (
+            "spec.defaultUser.jobs: 4 concurrent jobs exceeds the bound of group vision, 2"
+            in done.stderr
+        ), done.stderr
+        done = as_user(
+            hub, "vera", "-n", vision, "apply", "-f", "-", input_=groupquota(alice={"jobs": 1})
+        )
+        assert done.returncode == 0, done.stderr
+        wait_until(
+            lambda: condition(hub, vision, "WithinBound"),
+            timeout_s=60,
+            what="cpn applying the GroupQuota (WithinBound=True)",
+        )
+        short = {"A100-80GB": "15s", "V100-32GB": "15s"}
+        jobs = aijob("j1", durations=short), aijob("j2", durations=short)
+        assert apply(hub, vision, *jobs).returncode == 0
+
+        def split() -> tuple[str, dict[str, Any]] | None:
+            found = {name: hub.status(vision, name) for name in ("j1", "j2")}
+            running = [n for n, s in found.items() if s.get("phase") in ("Dispatched", "Running")]
+            waiting = [
+                s
+                for s in found.values()
+                if s.get("phase") == "Queued" and "concurrent-job limit" in s.get("message", "")
+            ]
+            return (running[0], waiting[0]) if len(running) == 1 and waiting else None
+
+        first, waiting = wait_until(split, timeout_s=90, what="one job running, one held")
+        assert (
+            "user alice in vision: concurrent-job limit 1 reached (1 running)" in waiting["message"]
+        ), waiting
+        second = "j2" if first == "j1" else "j1"
+        done_first = wait_status(hub, vision, first, phase="Succeeded", timeout_s=120)
+        started = wait_status(hub, vision, second, phase="Succeeded", timeout_s=120)
+        assert started["startTime"] >= done_first["completionTime"], (done_first, started)
+    finally:
+        set_policy(hub, POLICY)

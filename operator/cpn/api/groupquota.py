@@ -49,8 +49,10 @@ def _limit(value: Any) -> Limit:
     gpus = value.get("gpus")
     found = value.get("perType")
     per_type: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    jobs = value.get("jobs")
     return Limit(
         gpus=float(gpus) if isinstance(gpus, int | float) else None,
+        jobs=jobs if isinstance(jobs, int) and not isinstance(jobs, bool) else None,
         per_type=MappingProxyType(
             {_gpu_type(str(t)): float(v) for t, v in per_type.items() if isinstance(v, int | float)}
         ),
@@ -91,8 +93,9 @@ def _figure(value: float) -> str:
 def bound_data(bound: Mapping[str, str], policy: QueuePolicy) -> dict[str, str]:
     """The data of the ``cpn-group-bounds`` ConfigMap, which the admission policy reads, for
     the namespaces ``bound`` to groups (namespace -> group): per namespace NS, ``NS.group``,
-    ``NS.gpus`` (absent: unbounded) and ``NS.gpus.<TYPE>`` for each GPU type the policy bounds
-    on its own (namespace names have no dots, so keys cannot collide)."""
+    ``NS.gpus`` (absent: unbounded), ``NS.gpus.<TYPE>`` for each GPU type the policy bounds
+    on its own and ``NS.jobs``, the group's concurrent-job bound (absent: unbounded); namespace
+    names have no dots, so keys cannot collide."""
     data: dict[str, str] = {}
     for namespace, group in sorted(bound.items()):
         data[f"{namespace}.group"] = group
@@ -101,6 +104,8 @@ def bound_data(bound: Mapping[str, str], policy: QueuePolicy) -> dict[str, str]:
             continue
         if quota.limit.gpus is not None:
             data[f"{namespace}.gpus"] = _figure(quota.limit.gpus)
+        if quota.limit.jobs is not None:
+            data[f"{namespace}.jobs"] = str(quota.limit.jobs)
         for gpu_type, gpus in sorted(quota.limit.per_type.items()):
             if _KEY.fullmatch(gpu_type):
                 data[f"{namespace}.gpus.{gpu_type}"] = _figure(gpus)

@@ -206,8 +206,12 @@ _DATA: Mapping[str, Parser] = {
 _DATA_KEYS = (*_DATA, "cache_gb")
 _QUOTAS = ("groups", "lending", "max_priority", *BUDGET_FIELDS)
 _MAX_PRIORITY = integer(-int(MAX_LEVEL), int(MAX_LEVEL), nullable=True)
-_LIMIT: Mapping[str, Parser] = {"gpus": number(0.0, MAX_GPUS, nullable=True)}
-_LIMIT_KEYS = ("gpus", "per_type")
+MAX_JOBS = 1_000_000  # any count of concurrent jobs above this is a typo
+_LIMIT: Mapping[str, Parser] = {
+    "gpus": number(0.0, MAX_GPUS, nullable=True),
+    "jobs": integer(0, MAX_JOBS, nullable=True),
+}
+_LIMIT_KEYS = ("gpus", "per_type", "jobs")
 _GROUP_KEYS = (*_LIMIT_KEYS, "users", "default_user", "max_priority", "domains", *GROUP_BUDGET)
 _NAMESPACE = ("user", "group")
 
@@ -326,7 +330,7 @@ def _per_type(reader: PolicyReader, value: Any, path: str) -> Mapping[str, float
 def _limit(reader: PolicyReader, section: Mapping[str, Any], path: str) -> Limit:
     fields = reader.fields(section, path, _LIMIT)
     per_type = _per_type(reader, section.get("per_type"), join(path, "per_type"))
-    return Limit(gpus=fields.get("gpus"), per_type=per_type)
+    return Limit(gpus=fields.get("gpus"), per_type=per_type, jobs=fields.get("jobs"))
 
 
 def _check_within(reader: PolicyReader, inner: Limit, outer: Limit, path: str) -> None:
@@ -344,6 +348,11 @@ def _check_within(reader: PolicyReader, inner: Limit, outer: Limit, path: str) -
                 join(join(path, "per_type"), gpu_type),
                 f"{figure(gpus)} {gpu_type} GPUs exceeds the group's {figure(ceiling)} {why}",
             )
+    if inner.jobs is not None and outer.jobs is not None and inner.jobs > outer.jobs:
+        reader.error(
+            join(path, "jobs"),
+            f"{inner.jobs} concurrent jobs exceeds the group's {outer.jobs} {why}",
+        )
 
 
 def _group_quota(reader: PolicyReader, value: Any, path: str) -> GroupQuota:

@@ -107,7 +107,7 @@ def check_plan(plan: CyclePlan, snapshot: Snapshot) -> tuple[Violation, ...]:
         out += (Violation(key, message) for message in found)
         if found:
             continue
-        over = "" if lending else ledger.exceeds(job, start.gpu_type)
+        over = ledger.over_job_limit(job) if lending else ledger.exceeds(job, start.gpu_type)
         if over:
             out.append(Violation(key, over))
         ledger.take(job, start.gpu_type)

@@ -170,7 +170,12 @@ class _Cycle:
             anywhere = self.capacity.fit(job, cand.key)
             if anywhere is None:
                 continue
-            if not borrowing and self.quota.exceeds(job, cand.key[1]):
+            over = (
+                self.quota.over_job_limit(job)
+                if borrowing
+                else self.quota.exceeds(job, cand.key[1])
+            )
+            if over:
                 continue
             in_way = self.reservations.in_the_way(job, cand)
             excluded = held_nodes(in_way)
@@ -279,7 +284,7 @@ class _Cycle:
                 continue
             over = self.quota.exceeds(job)
             if over:
-                if self.policy.quotas.lending:
+                if self.policy.quotas.lending and not self.quota.over_job_limit(job):
                     lent.append((position, item))
                 else:
                     self._hold(job, WaitReason.Quota, over, item, position)
@@ -298,10 +303,11 @@ class _Cycle:
                 item.job, self.capacity, self.snapshot
             )
             if self._try_start(item, job_cands, borrowing=True) is None:
+                slots = self.quota.over_job_limit(item.job)  # lent jobs took the last slot
                 self._hold(
                     item.job,
                     WaitReason.Quota,
-                    self.quota.exceeds(item.job) + reasons.NO_IDLE_TO_BORROW,
+                    slots or self.quota.exceeds(item.job) + reasons.NO_IDLE_TO_BORROW,
                     item,
                     position,
                 )

@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 from cpn.core.policy import GroupQuota, Limit, QueuePolicy
+
+_N = TypeVar("_N", float, int)
 
 
 def _empty() -> Mapping[str, Limit]:
@@ -56,6 +59,8 @@ def _limit_over(limit: Limit, bound: Limit, path: str) -> list[str]:
                 f"{path}.perType.{gpu_type}: {_figure(gpus)} exceeds the group's bound "
                 f"{_figure(ceiling)}"
             )
+    if limit.jobs is not None and bound.jobs is not None and limit.jobs > bound.jobs:
+        found.append(f"{path}.jobs: {limit.jobs} exceeds the group's bound {bound.jobs}")
     return found
 
 
@@ -73,7 +78,7 @@ def above_bound(item: Delegated, policy: QueuePolicy) -> list[str]:
     return found
 
 
-def _lower(a: float | None, b: float | None) -> float | None:
+def _lower(a: _N | None, b: _N | None) -> _N | None:
     if a is None:
         return b
     if b is None:
@@ -88,6 +93,7 @@ def strictest(a: Limit, b: Limit) -> Limit:
     return Limit(
         gpus=_lower(a.gpus, b.gpus),
         per_type=MappingProxyType({t: v for t, v in per_type.items() if v is not None}),
+        jobs=_lower(a.jobs, b.jobs),
     )
 
 
@@ -98,7 +104,8 @@ def clamp(limit: Limit, bound: Limit) -> Limit:
         ceiling = bound.per_type.get(gpu_type, bound.gpus)
         per_type[gpu_type] = figure if ceiling is None else min(figure, ceiling)
     gpus = limit.gpus if bound.gpus is None or limit.gpus is None else min(limit.gpus, bound.gpus)
-    return Limit(gpus=gpus, per_type=MappingProxyType(per_type))
+    jobs = limit.jobs if bound.jobs is None or limit.jobs is None else min(limit.jobs, bound.jobs)
+    return Limit(gpus=gpus, per_type=MappingProxyType(per_type), jobs=jobs)
 
 
 def _merged(items: list[Delegated]) -> tuple[dict[str, Limit], Limit | None]:

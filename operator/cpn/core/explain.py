@@ -201,6 +201,8 @@ def explain(snapshot: Snapshot, plan: CyclePlan, job_key: str) -> Explanation:
             quotas.append(
                 f"{bucket.label} on {gpu_type}: {ledger.used(bucket, gpu_type):g} of {cap:g} in use"
             )
+        if limit.jobs is not None:
+            quotas.append(f"{bucket.label}: {ledger.running(bucket)} of {limit.jobs} jobs running")
     candidates = weighed(snapshot, capacity, job, start)
     if start is not None:
         outcome, reason = "started", "Started"

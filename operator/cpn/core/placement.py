@@ -17,7 +17,8 @@ above a higher-ranked job's: the queue order decides contention unless lower-ran
 jobs gain much more, and small jobs ranked after a bigger one cannot take its room.
 Constraints: GPUs, CPU and memory of each group; nodes held by a reservation
 only for jobs that end before it starts; group and user quotas (total and per
-GPU type); one choice per job.
+GPU type, and concurrent jobs: a group's, user's or domain's starts in the window are at most
+its ``jobs`` minus those it has running); one choice per job.
 
 The solver is HiGHS, named explicitly, single-threaded with a fixed seed and the
 policy's time limit; tiny rank-based tie-break terms make the optimum unique.
@@ -258,10 +259,17 @@ def _quota_constraints(
 ) -> None:
     rows: dict[tuple[str, str, str], list[pulp.LpAffineExpression]] = {}
     room: dict[tuple[str, str, str], float] = {}
+    job_rows: dict[tuple[str, str], list[pulp.LpVariable]] = {}
+    slots: dict[tuple[str, str], int] = {}
     for j, item in enumerate(window):
         job = item.job
         for bucket in quota.buckets(job):
             limit = bucket.limit
+            left = quota.job_room(bucket)
+            if left is not None:
+                slots[bucket.usage_key] = left
+                terms = job_rows.setdefault(bucket.usage_key, [])
+                terms += (x[(j, o)] for o in range(len(choices.get(job.key, ()))))
             for o, choice in enumerate(choices.get(job.key, ())):
                 gpu_type = choice.candidate.key[1]
                 if limit.gpus is not None:
@@ -274,3 +282,7 @@ def _quota_constraints(
                     room[row] = limit.per_type[gpu_type] - quota.used(bucket, gpu_type)
     for index, row in enumerate(sorted(rows)):
         problem += pulp.lpSum(rows[row]) <= room[row], f"quota_{index}"
+    # one row per group, user or domain with a job limit: its starts <= limit - running
+    for index, key in enumerate(sorted(slots)):
+        if job_rows[key]:
+            problem += pulp.lpSum(job_rows[key]) <= slots[key], f"jobs_{index}"

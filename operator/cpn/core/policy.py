@@ -52,10 +52,14 @@ class Level:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limit:
-    """A quota: GPUs in total and/or per GPU type (None = unlimited)."""
+    """A quota: GPUs in total and/or per GPU type, and concurrent jobs (None = unlimited).
+
+    ``jobs`` counts the jobs that hold GPUs: staging, dispatched and running ones.
+    """
 
     gpus: float | None = None
     per_type: Mapping[str, float] = field(default_factory=_empty)
+    jobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -154,6 +154,7 @@ def choose_preemptions(
                 nodes = capacity.fit(item.job, key, held)
                 assert nodes is not None
                 capacity.take(item.job, key, nodes)
+                quota.take_slot(item.job)
                 above.pop()
                 for victim_key in chosen:
                     victims_taken.add(victim_key)

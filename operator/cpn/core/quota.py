@@ -3,8 +3,10 @@
 A user's quota can never lift them above their group's: both are checked. A group's
 limit in a domain (``quotas.groups.G.domains.D``) counts only its jobs bound to that
 domain (:func:`cpn.core.domains.job_domain`), on top of the group's limit over all.
-Limits are GPUs in total and/or per GPU type; usage counts running jobs and
-the starts decided earlier in the same cycle.
+Limits are GPUs in total and/or per GPU type, and a number of concurrent jobs; usage
+counts the jobs that hold GPUs (staging, dispatched and running: the snapshot's
+``running``) and the starts decided earlier in the same cycle. A job counts once however
+many workers it has.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ class Bucket:
 
 
 class QuotaLedger:
-    """GPU usage per group and user, checked against the policy's limits."""
+    """GPU usage and job counts per group and user, checked against the policy's limits."""
 
     def __init__(self, policy: QueuePolicy, running: Iterable[Running]) -> None:
         self.policy = policy
         self.total: dict[tuple[str, str], float] = {}
         self.per_type: dict[tuple[tuple[str, str], str], float] = {}
+        self.jobs: dict[tuple[str, str], int] = {}
         for item in running:
             self.take(item.job, item.gpu_type)
 
@@ -64,6 +67,16 @@ class QuotaLedger:
             return self.total.get(bucket.usage_key, 0.0)
         return self.per_type.get((bucket.usage_key, gpu_type), 0.0)
 
+    def running(self, bucket: Bucket) -> int:
+        """Jobs the bucket has holding GPUs (with this cycle's starts so far)."""
+        return self.jobs.get(bucket.usage_key, 0)
+
+    def job_room(self, bucket: Bucket) -> int | None:
+        """How many more jobs the bucket may start (None: no job limit)."""
+        if bucket.limit.jobs is None:
+            return None
+        return max(0, bucket.limit.jobs - self.running(bucket))
+
     def exceeds(self, job: Job, gpu_type: str | None = None) -> str:
         """Why starting ``job`` (on ``gpu_type`` if given) would break a quota; "" if not."""
         for bucket in self.buckets(job):
@@ -75,14 +88,37 @@ class QuotaLedger:
                 if self.used(bucket, gpu_type) + job.gpus > cap + _EPS:
                     used = self.used(bucket, gpu_type)
                     return reasons.over_type_quota(bucket.label, gpu_type, used, cap, job.gpus)
+            if limit.jobs is not None and self.running(bucket) >= limit.jobs:
+                return reasons.over_job_limit(bucket.label, self.running(bucket), limit.jobs)
         return ""
 
-    def take(self, job: Job, gpu_type: str) -> None:
-        """Count a start (or a running job) against its group, user and domain."""
+    def over_job_limit(self, job: Job) -> str:
+        """Why one more job of ``job``'s group or user would break a concurrent-job limit;
+        "" if not. Lending never lifts these (:attr:`~cpn.core.policy.Quotas.lending` lends
+        idle GPUs, not job slots)."""
+        for bucket in self.buckets(job):
+            limit = bucket.limit.jobs
+            if limit is not None and self.running(bucket) >= limit:
+                return reasons.over_job_limit(bucket.label, self.running(bucket), limit)
+        return ""
+
+    def _keys(self, job: Job) -> list[tuple[str, str]]:
         keys = [("g", job.group), ("u", f"{job.group}/{job.user}")]
         quota = self.policy.quotas.groups.get(job.group)
         if quota is not None and quota.domains:
             keys.append(("d", f"{job.group}@{job_domain(self.policy, job)}"))
-        for key in keys:
+        return keys
+
+    def take(self, job: Job, gpu_type: str) -> None:
+        """Count a start (or a running job) against its group, user and domain."""
+        for key in self._keys(job):
             self.total[key] = self.total.get(key, 0.0) + job.gpus
             self.per_type[(key, gpu_type)] = self.per_type.get((key, gpu_type), 0.0) + job.gpus
+            self.jobs[key] = self.jobs.get(key, 0) + 1
+
+    def take_slot(self, job: Job) -> None:
+        """Count ``job`` against its concurrent-job limits only: a preemption made for it
+        keeps the slot it will start in next cycle, so no second preemption is made for a
+        job of its group or user that could not start then."""
+        for key in self._keys(job):
+            self.jobs[key] = self.jobs.get(key, 0) + 1

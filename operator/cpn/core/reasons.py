@@ -95,6 +95,11 @@ def over_type_quota(label: str, gpu_type: str, used: float, cap: float, gpus: fl
     return f"quota of {label} on {gpu_type}: {used:g} of {cap:g} in use, job needs {gpus:g}"
 
 
+def over_job_limit(label: str, running: int, limit: int) -> str:
+    """Why a job waits for one of its group's or user's running jobs to end."""
+    return f"{label}: concurrent-job limit {limit} reached ({running} running)"
+
+
 def started_alone(model: str) -> str:
     """Why a started job has its nodes to itself (:mod:`cpn.core.alone`)."""
     return f"first job of model {model}: runs alone on its node for a clean measurement"
