@@ -36,6 +36,7 @@ from cpn.adapters.kube import client_from_kubeconfig  # noqa: E402
 from cpn.cli.devbed import bootstrap_testbed, start_operator, stop_process, wait_until  # noqa: E402
 from testbed import procs  # noqa: E402
 from testbed.bed import Testbed  # noqa: E402
+from testbed.spec import PORT_BLOCK  # noqa: E402
 
 NODES_FILE = Path(__file__).with_name("bed-nodes.yaml")
 UID_LABEL = "cpn.io/aijob-uid"
@@ -191,12 +192,23 @@ def gpus_on_bed(tb: Testbed) -> int:
     return sum(n.gpus for c in tb.spec.members for n in c.nodes)
 
 
+def metrics_port(tb: Testbed) -> int:
+    """The operator's /metrics port: base + 90 while the bed's clusters leave it free (up to
+    9 clusters), else the last member's Kueue webhook port (free: only bench_peer.py runs
+    Kueue, on the 3-member bench bed). On a bed of 10 members base + 90 is member-09's
+    etcd, which answers /readyz and /metrics too: the operator's could not bind there."""
+    port = tb.spec.port_base + 90
+    if port < tb.spec.port_base + len(tb.spec.clusters) * PORT_BLOCK:
+        return tb.port(tb.members[-1], "kueue-webhook")
+    return port
+
+
 class Operator:
     """``cpn run`` on the hub of the bed, with its /metrics on a port."""
 
     def __init__(self, tb: Testbed, log: Path, **settings: object) -> None:
         self.tb = tb
-        self.metrics_port = tb.spec.port_base + 90
+        self.metrics_port = metrics_port(tb)
         bootstrap_testbed(tb, policy_yaml=POLICY)
         self.api = client_from_kubeconfig(tb.kubeconfig("hub").read_text())
         self.custom = client.CustomObjectsApi(self.api)

@@ -630,7 +630,9 @@ class Testbed:
             if not cluster.nodes:
                 return True
             # plain JSON, not the client's models: a member may have 1,000 nodes
-            listed = json.loads(cast(Any, core.list_node(_preload_content=False)).data)
+            listed = json.loads(  # from the API server's cache (resourceVersion 0), not etcd
+                cast(Any, core.list_node(resource_version="0", _preload_content=False)).data
+            )
             ready = 0
             for n in listed["items"]:
                 conds = {c["type"]: c["status"] for c in n.get("status", {}).get("conditions", [])}
