@@ -14,7 +14,8 @@ already running there is used as it is (its own layout is reported). Measured, i
   RSS then;
 - ``dispatch``: ``--jobs`` one-GPU AIJobs (1 h simulated run, all fit) created by 16
   client threads; seconds from the first create to the last member Job seen by a watch
-  on the members (``benchbed.dispatch``, as bench_dispatch.py measures it);
+  on the members (``benchbed.dispatch``, as bench_dispatch.py measures it); plan_cycle
+  wall time of the cycles that started them;
 - ``cycles``: ``--waiting`` more AIJobs that ask for K80 GPUs, which no member has, so they
   stay waiting and every cycle orders and tries them; over ``--steady-s`` seconds with
   all of them waiting: plan_cycle wall time (the operator's ``cycle`` log lines) and the
@@ -165,8 +166,15 @@ def main() -> int:
             "operator_rss_mib": round(rss, 1),
         }
 
+        before_dispatch = len(operator_cycles(log))
         run = dispatch(op, [aijob(f"j{i:05d}") for i in range(args.jobs)], workers=args.workers)
         out["dispatch"] = {"jobs": args.jobs, "dispatched": len(run.uids), **run.figures}
+        # the cycles that started some of them, with the most that waited in one of them
+        starting = [c for c in operator_cycles(log)[before_dispatch:] if c["starts"] > 0]
+        out["dispatch"]["plan_cycle"] = {
+            **wall_figures(starting),
+            "most_pending": int(max((c["pending"] for c in starting), default=0)),
+        }
         rss, _ = op.rss_mib()
         out["dispatch"]["operator_rss_mib"] = round(rss, 1)
 

@@ -47,6 +47,8 @@ def test_bench_scale_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert 0 < dispatch["apply_s"] <= dispatch["all_member_jobs_s"]
     assert dispatch["seen_s"]["p25"] <= dispatch["seen_s"]["p90"] <= dispatch["all_member_jobs_s"]
     assert dispatch["hub_requests_per_aijob"].get("POST aijobs", 0) >= 1
+    started = dispatch["plan_cycle"]
+    assert started["cycles"] >= 1 and 1 <= started["most_pending"] <= 50
 
     cycles = doc["cycles"]
     assert (cycles["waiting"], cycles["running"]) == (50, 50)
