@@ -23,17 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from benchbed import (
-    UID_LABEL,
     JobWatch,
     aijob,
-    api_requests,
     cpu_delta,
     cpu_seconds,
+    dispatch,
     gpus_on_bed,
     machine,
     operator_on_bed,
-    pyspy,
-    requests_delta,
+    seen_quantiles,
     wait_until,
 )
 from kubernetes import client
@@ -68,14 +66,6 @@ def direct_manifest(job: Any, run: str) -> dict[str, Any]:
     }
 
 
-def seen_quantiles(watch: JobWatch, keys: list[str], t0: float) -> dict[str, float]:
-    """Seconds from the start until a quarter, half, ... of the member Jobs were seen."""
-    seen = sorted(watch.seen[key] - t0 for key in keys)
-    return {
-        f"p{q}": round(seen[min(len(seen) - 1, len(seen) * q // 100)], 2) for q in (25, 50, 75, 90)
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1000)
@@ -97,37 +87,14 @@ def main() -> int:
             "gpus": gpus_on_bed(tb),
             "fit": f"{args.n} AIJobs x 1 GPU, 1 h simulated runtime; all fit at once",
         }
-        namespace = op.namespace("bench")
-        cpn_watch = JobWatch(
-            tb, namespace=None, selector=UID_LABEL, key_of=lambda j: j.metadata.labels[UID_LABEL]
+        run_ = dispatch(
+            op,
+            [aijob(f"j{i:05d}") for i in range(args.n)],
+            workers=args.workers,
+            profile=args.profile,
         )
-        bodies = [aijob(f"j{i:05d}") for i in range(args.n)]
-        spy = pyspy(op.proc.pid, 60, args.profile) if args.profile else None
-        cpu0 = cpu_seconds(tb, op.proc.pid)
-        hub0 = api_requests(tb, "hub")
-        t0 = time.monotonic()
-        uids = op.create_many(namespace, bodies, workers=args.workers)
-        applied = time.monotonic()
-        done = cpn_watch.wait_for(uids, timeout_s=600)
-        cpu_cpn = cpu_delta(cpu0, cpu_seconds(tb, op.proc.pid))
-        hub_calls = requests_delta(hub0, api_requests(tb, "hub"), args.n)
-        cpn_watch.stop()
-        if spy is not None:
-            spy.wait()
-        assert set(uids) <= set(cpn_watch.seen), "a member Job not seen"
-        spread: dict[str, int] = {}
-        for member in cpn_watch.where.values():
-            spread[member] = spread.get(member, 0) + 1
-        out["cpn"] = {
-            "apply_s": round(applied - t0, 2),
-            "all_member_jobs_s": round(done - t0, 2),
-            "seen_s": seen_quantiles(cpn_watch, uids, t0),
-            "spread": spread,
-            "cpu_s": cpu_cpn,
-            # calls to the hub's API server per AIJob until every member Job existed: the
-            # bench's own create (1 "POST aijobs") and the operator's reads and writes
-            "hub_requests_per_aijob": hub_calls,
-        }
+        cpn_watch, t0, done = run_.watch, run_.t0, run_.done
+        out["cpn"] = run_.figures
 
         # Let the member pods settle (all running) so phase 2 runs on a quiet bed too.
         def settled() -> bool:

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from cpn.adapters.kube import client_from_kubeconfig  # noqa: E402
 from cpn.cli.devbed import bootstrap_testbed, start_operator, stop_process, wait_until  # noqa: E402
 from testbed import procs  # noqa: E402
 from testbed.bed import Testbed  # noqa: E402
+from testbed.spec import PORT_BLOCK  # noqa: E402
 
 NODES_FILE = Path(__file__).with_name("bed-nodes.yaml")
 UID_LABEL = "cpn.io/aijob-uid"
@@ -73,11 +75,11 @@ def _cpu_model() -> str:
 METRICS_STACK = ("dcgm", "prometheus")
 
 
-def bed(keep: bool) -> Testbed:
-    """The bench bed, up (started with the bench layout when it is not running), with its
-    metrics stack stopped."""
-    tb = Testbed(nodes_file=None if _running() else NODES_FILE)
-    tb.up(timeout_s=300)
+def bed(keep: bool, nodes_file: Path = NODES_FILE, timeout_s: float = 300) -> Testbed:
+    """The bench bed, up (started with the layout of ``nodes_file`` when it is not running),
+    with its metrics stack stopped; ``tb.up_s`` is how long bringing it up took."""
+    tb = Testbed(nodes_file=None if _running() else nodes_file)
+    tb.up_s = round(tb.up(timeout_s=timeout_s).elapsed_s, 1)  # type: ignore[attr-defined]
     tb.keep = keep  # type: ignore[attr-defined]
     stack = [p for key, p in tb.process_table().items() if key.split("/")[1] in METRICS_STACK]
     procs.stop(stack)
@@ -97,20 +99,7 @@ def cpu_seconds(tb: Testbed, operator_pid: int) -> dict[str, float]:
     """CPU seconds (user + system) used so far by the operator and by each component of
     the bed, members summed ("hub/kube-apiserver", "members/kwok", ...): subtract two
     readings with :func:`cpu_delta` to see where a phase's CPU went."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    owners = [("operator", operator_pid)]
-    for key, proc in tb.process_table().items():
-        cluster, component = key.split("/", 1)
-        owners.append((f"{'hub' if cluster == 'hub' else 'members'}/{component}", proc.pid))
-    out: dict[str, float] = {}
-    for owner, pid in owners:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[owner] = out.get(owner, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
-    return out
+    return {owner: row["cpu_s"] for owner, row in _by_kind(tb, operator_pid).items()}
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -149,8 +138,69 @@ def requests_delta(before: dict[str, int], after: dict[str, int], per: int) -> d
     return dict(sorted(((k, v) for k, v in spent.items() if v >= 0.01), key=lambda kv: -kv[1]))
 
 
+def _by_kind(tb: Testbed, operator_pid: int | None) -> dict[str, dict[str, float]]:
+    ticks = os.sysconf("SC_CLK_TCK")
+    page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
+    owners = [("operator", operator_pid)] if operator_pid else []
+    for key, proc in tb.process_table().items():
+        cluster, component = key.split("/", 1)
+        owners.append((f"{'hub' if cluster == 'hub' else 'members'}/{component}", proc.pid))
+    out: dict[str, dict[str, float]] = {}
+    for owner, pid in owners:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        row = out.setdefault(owner, {"processes": 0, "rss_mib": 0.0, "cpu_s": 0.0})
+        row["processes"] += 1
+        row["cpu_s"] += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        row["rss_mib"] += int(fields[21]) * page_mib  # rss, in pages
+    return out
+
+
+def process_kinds(tb: Testbed, operator_pid: int | None = None) -> dict[str, dict[str, float]]:
+    """Per kind of process ("members/kube-apiserver", "hub/etcd", "operator", ...): how
+    many run, their resident memory summed (MiB) and their CPU seconds so far; most
+    memory first."""
+    rows = {
+        owner: {k: round(v, 1) for k, v in row.items()}
+        for owner, row in _by_kind(tb, operator_pid).items()
+    }
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]["rss_mib"]))
+
+
+def memory_available_gib() -> float:
+    """The machine's MemAvailable (what can still be used without swapping), GiB."""
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return round(int(line.split()[1]) / 2**20, 2)
+    return float("nan")
+
+
+def process_age_s(pid: int) -> float:
+    """Seconds since the process ``pid`` started (kernel clock, 10 ms steps)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def gpus_on_bed(tb: Testbed) -> int:
     return sum(n.gpus for c in tb.spec.members for n in c.nodes)
+
+
+def metrics_port(tb: Testbed) -> int:
+    """The operator's /metrics port: base + 90 while the bed's clusters leave it free (up to
+    9 clusters), else the last member's Kueue webhook port (free: only bench_peer.py runs
+    Kueue, on the 3-member bench bed). On a bed of 10 members base + 90 is member-09's
+    etcd, which answers /readyz and /metrics too: the operator's could not bind there."""
+    port = tb.spec.port_base + 90
+    if port < tb.spec.port_base + len(tb.spec.clusters) * PORT_BLOCK:
+        return tb.port(tb.members[-1], "kueue-webhook")
+    return port
 
 
 class Operator:
@@ -158,7 +208,7 @@ class Operator:
 
     def __init__(self, tb: Testbed, log: Path, **settings: object) -> None:
         self.tb = tb
-        self.metrics_port = tb.spec.port_base + 90
+        self.metrics_port = metrics_port(tb)
         bootstrap_testbed(tb, policy_yaml=POLICY)
         self.api = client_from_kubeconfig(tb.kubeconfig("hub").read_text())
         self.custom = client.CustomObjectsApi(self.api)
@@ -420,3 +470,129 @@ def pyspy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def seen_quantiles(watch: JobWatch, keys: list[str], t0: float) -> dict[str, float]:
+    """Seconds from the start until a quarter, half, ... of the member Jobs were seen."""
+    seen = sorted(watch.seen[key] - t0 for key in keys)
+    return {
+        f"p{q}": round(seen[min(len(seen) - 1, len(seen) * q // 100)], 2) for q in (25, 50, 75, 90)
+    }
+
+
+@dataclass
+class Dispatch:
+    """One burst of AIJobs through cpn: the figures, and the watch that saw the member
+    Jobs (stopped; ``watch.jobs`` holds them) with the monotonic times it ran between."""
+
+    figures: dict[str, Any]
+    watch: JobWatch
+    uids: list[str]
+    t0: float
+    done: float
+
+
+def dispatch(
+    op: Operator,
+    bodies: list[dict[str, Any]],
+    *,
+    workers: int,
+    timeout_s: float = 600,
+    profile: Path | None = None,
+) -> Dispatch:
+    """Create ``bodies`` (AIJobs) in a new namespace of the hub with ``workers`` client
+    threads and time it until a watch on the members has seen every member Job: how long
+    the creates took, when the last member Job appeared, quarter by quarter, where they
+    went, the CPU seconds of every process and the hub's API calls per AIJob meanwhile."""
+    tb = op.tb
+    namespace = op.namespace("bench")
+    watch = JobWatch(
+        tb, namespace=None, selector=UID_LABEL, key_of=lambda j: j.metadata.labels[UID_LABEL]
+    )
+    spy = pyspy(op.proc.pid, 60, profile) if profile else None
+    cpu0 = cpu_seconds(tb, op.proc.pid)
+    hub0 = api_requests(tb, "hub")
+    t0 = time.monotonic()
+    uids = op.create_many(namespace, bodies, workers=workers)
+    applied = time.monotonic()
+    done = watch.wait_for(uids, timeout_s=timeout_s)
+    cpu = cpu_delta(cpu0, cpu_seconds(tb, op.proc.pid))
+    hub_calls = requests_delta(hub0, api_requests(tb, "hub"), len(bodies))
+    watch.stop()
+    if spy is not None:
+        spy.wait()
+    spread: dict[str, int] = {}
+    for uid in uids:
+        spread[watch.where[uid]] = spread.get(watch.where[uid], 0) + 1
+    figures = {
+        "apply_s": round(applied - t0, 2),
+        "all_member_jobs_s": round(done - t0, 2),
+        "seen_s": seen_quantiles(watch, uids, t0),
+        "spread": dict(sorted(spread.items())),
+        "cpu_s": cpu,
+        # calls to the hub's API server per AIJob until every member Job existed: the
+        # bench's own create (1 "POST aijobs") and the operator's reads and writes
+        "hub_requests_per_aijob": hub_calls,
+    }
+    return Dispatch(figures=figures, watch=watch, uids=uids, t0=t0, done=done)
+
+
+#: The scale bed's four GPU types (as in testbed/nodes.yaml, plus T4), two per member in
+#: turn: member 1 has A100 and V100 nodes, member 2 V100 and H100, member 3 H100 and T4...
+SCALE_GPU_MODELS: dict[str, dict[str, Any]] = {
+    "A100-80GB": {
+        "product": "NVIDIA A100-SXM4-80GB",
+        "family": "ampere",
+        "memory_mib": 81920,
+        "power_limit_w": 400,
+        "idle_power_w": 60,
+    },
+    "V100-32GB": {
+        "product": "Tesla V100-SXM2-32GB",
+        "family": "volta",
+        "memory_mib": 32768,
+        "power_limit_w": 300,
+        "idle_power_w": 40,
+    },
+    "H100-80GB": {
+        "product": "NVIDIA H100 80GB HBM3",
+        "family": "hopper",
+        "memory_mib": 81559,
+        "power_limit_w": 700,
+        "idle_power_w": 70,
+    },
+    "T4-16GB": {
+        "product": "Tesla T4",
+        "family": "turing",
+        "memory_mib": 15360,
+        "power_limit_w": 70,
+        "idle_power_w": 10,
+    },
+}
+
+
+def scale_layout(members: int, nodes: int, gpus_per_node: int = 8) -> dict[str, Any]:
+    """A nodes file (testbed/spec.py format) for ``members`` members of ``nodes`` fake
+    nodes each, without the GPU metrics stack; each member's nodes are two of the four
+    GPU types of :data:`SCALE_GPU_MODELS`, half and half."""
+    if members < 1 or nodes < 1 or gpus_per_node < 1:
+        raise ValueError("members, nodes and GPUs per node must be at least 1")
+    types = list(SCALE_GPU_MODELS)
+    layout: dict[str, Any] = {"metrics": False, "gpu_models": SCALE_GPU_MODELS, "members": {}}
+    for i in range(members):
+        groups = []
+        for j, count in enumerate((nodes - nodes // 2, nodes // 2)):
+            if count:
+                gpu = types[(i + j) % len(types)]
+                groups.append(
+                    {
+                        "prefix": f"m{i + 1:02d}-{gpu.split('-')[0].lower()}",
+                        "count": count,
+                        "gpu_model": gpu,
+                        "gpus": gpus_per_node,
+                        "cpu": 96,
+                        "memory_gib": 1024,
+                    }
+                )
+        layout["members"][f"member-{i + 1:02d}"] = groups
+    return layout

@@ -550,7 +550,12 @@ class Testbed:
     # ------------------------------------------------------------------ up
 
     def _wait(
-        self, what: str, probe: Callable[[], bool], deadline: float, log: Path | None = None
+        self,
+        what: str,
+        probe: Callable[[], bool],
+        deadline: float,
+        log: Path | None = None,
+        every_s: float = 0.2,
     ) -> None:
         while True:
             if probe():
@@ -558,7 +563,7 @@ class Testbed:
             if time.monotonic() > deadline:
                 hint = f"; see {log}" if log else ""
                 raise TestbedError(f"timed out waiting for {what}{hint}")
-            time.sleep(0.2)
+            time.sleep(every_s)
 
     def _start(self, cluster: ClusterSpec, component: str, b: Binaries, deadline: float) -> bool:
         """Start one component unless it runs; wait until healthy. True if it was started."""
@@ -603,8 +608,8 @@ class Testbed:
         with contextlib.closing(self.api_client(cluster.name)) as api:
             core = client.CoreV1Api(api)
             for node in cluster.nodes:
-                try:
-                    core.create_node(cast(Any, node.manifest()))
+                try:  # the created Node is not read back: no decoding of 1,000s of them
+                    core.create_node(cast(Any, node.manifest()), _preload_content=False)
                 except ApiException as e:
                     if e.status != 409:
                         raise
@@ -624,9 +629,13 @@ class Testbed:
                 raise
             if not cluster.nodes:
                 return True
+            # plain JSON, not the client's models: a member may have 1,000 nodes
+            listed = json.loads(  # from the API server's cache (resourceVersion 0), not etcd
+                cast(Any, core.list_node(resource_version="0", _preload_content=False)).data
+            )
             ready = 0
-            for n in core.list_node().items:
-                conds = {c.type: c.status for c in ((n.status and n.status.conditions) or [])}
+            for n in listed["items"]:
+                conds = {c["type"]: c["status"] for c in n.get("status", {}).get("conditions", [])}
                 ready += conds.get("Ready") == "True"
             return ready >= len(cluster.nodes)
 
@@ -641,6 +650,7 @@ class Testbed:
             f"{cluster.name} nodes and service account",
             lambda: self._cluster_ready(cluster),
             deadline,
+            every_s=max(0.2, len(cluster.nodes) / 500),  # a list of 1,000 nodes is ~3 MB
         )
         return started
 

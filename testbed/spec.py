@@ -153,6 +153,10 @@ class ClusterSpec:
     name: str
     index: int
     nodes: tuple[NodeSpec, ...]
+    #: whether the member runs the GPU metrics stack (the DCGM simulator and Prometheus);
+    #: ``metrics: false`` in the nodes file leaves it out (a scale bench bed: with 1,000
+    #: nodes a member's stack costs more than its control plane)
+    metrics: bool = True
 
     @property
     def is_hub(self) -> bool:
@@ -165,6 +169,8 @@ class ClusterSpec:
         base = ("etcd", "kube-apiserver", "kube-controller-manager")
         if self.is_hub:
             return base
+        if not self.metrics:
+            return (*base, "kube-scheduler", "kwok")
         return (*base, "kube-scheduler", "kwok", "dcgm", "prometheus")
 
     def port(self, base: int, component: str) -> int:
@@ -318,6 +324,9 @@ def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
     raw_members = doc.get("members")
     if not isinstance(raw_members, dict) or len(raw_members) < 1:
         raise SpecError("members: expected a mapping with at least one member cluster")
+    metrics = doc.get("metrics", True)
+    if not isinstance(metrics, bool):
+        raise SpecError(f"metrics: expected true or false, got {metrics!r}")
     clusters = [ClusterSpec(name=HUB, index=0, nodes=())]
     seen: set[str] = set()
     for index, (name, groups) in enumerate(raw_members.items(), start=1):
@@ -348,7 +357,7 @@ def parse_spec(doc: Any, *, port_base: int = DEFAULT_PORT_BASE) -> BedSpec:
                         memory_gib=_int(g.get("memory_gib"), f"{where}.memory_gib", 1),
                     )
                 )
-        clusters.append(ClusterSpec(name=name, index=index, nodes=tuple(nodes)))
+        clusters.append(ClusterSpec(name=name, index=index, nodes=tuple(nodes), metrics=metrics))
     return BedSpec(clusters=tuple(clusters), port_base=port_base, gpu_models=tuple(models.values()))
 
 

@@ -42,6 +42,7 @@ COVERED = {
     "bench/bench_latency.py": ["e2e: bench_latency"],
     "bench/bench_memory.py": ["e2e: bench_memory"],
     "bench/bench_peer.py": ["e2e: bench_peer"],
+    "bench/bench_scale.py": ["e2e: bench_scale (tests/e2e/test_bench_scale.py)"],
 }
 
 

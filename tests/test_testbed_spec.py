@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.spec import PORT_BLOCK, ephemeral_range, load_spec, ports_problem
+from testbed.spec import (
+    PORT_BLOCK,
+    SpecError,
+    ephemeral_range,
+    load_spec,
+    parse_spec,
+    ports_problem,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,3 +49,29 @@ def test_ephemeral_range_is_read_from_the_kernel_file(tmp_path: Path) -> None:
     f.write_text("garbage")
     assert ephemeral_range(f) is None
     assert ephemeral_range(tmp_path / "missing") is None
+
+
+def _doc(**top: object) -> dict[str, object]:
+    models = {"A": {"product": "P", "family": "f", "memory_mib": 1, "power_limit_w": 1}}
+    models["A"]["idle_power_w"] = 1
+    group = {"prefix": "n", "count": 2, "gpu_model": "A", "gpus": 8, "cpu": 1, "memory_gib": 1}
+    return {"gpu_models": models, "members": {"m": [group]}, **top}
+
+
+def test_metrics_false_leaves_the_members_metrics_stack_out() -> None:
+    with_stack = parse_spec(_doc()).members[0]
+    without = parse_spec(_doc(metrics=False)).members[0]
+    assert with_stack.components[-2:] == ("dcgm", "prometheus")
+    assert without.components == (
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    )
+    assert parse_spec(_doc(metrics=False)).clusters[0].components == with_stack.components[:3]
+
+
+def test_metrics_must_be_a_boolean() -> None:
+    with pytest.raises(SpecError, match=r"metrics: expected true or false, got 'no'"):
+        parse_spec(_doc(metrics="no"))

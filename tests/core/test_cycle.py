@@ -88,6 +88,25 @@ def test_unknown_gpu_type_is_infeasible():
     assert hold_of(plan, "h").reason == WaitReason.Infeasible
 
 
+def test_infeasible_messages_name_the_largest_node_of_the_allowed_types():
+    """Many infeasible jobs in one cycle (the scale bench's 1,000 on 10,000 nodes): each
+    message names the biggest node among the GPU types that job allows, not another's."""
+    clusters = [
+        cluster("c1", nodes("c1", 3, gpu_type="A100-80GB", gpus=4)),
+        cluster(
+            "c2", nodes("c2", 2, gpu_type="V100-32GB", gpus=8), nodes("c2", 1, gpus=2, prefix="s")
+        ),
+    ]
+    jobs = [job(f"a{i}", gpus=6, gpu_types=frozenset({"A100-80GB"})) for i in range(3)]
+    jobs.append(job("v", gpus=16, gpu_types=frozenset({"V100-32GB"})))
+    jobs.append(job("k", gpu_types=frozenset({"K80"})))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=clusters))
+    assert all(h.reason == WaitReason.Infeasible for h in plan.holds) and len(plan.holds) == 5
+    assert "largest matching node has 4 GPUs" in hold_of(plan, "a2").message
+    assert "largest matching node has 8 GPUs" in hold_of(plan, "v").message
+    assert "largest matching node has 0 GPUs" in hold_of(plan, "k").message
+
+
 def test_group_quota_holds_jobs_and_names_the_group():
     """A group at its quota waits with reason Quota, naming the group and the numbers."""
     policy = QueuePolicy(quotas=Quotas(groups={"team-a": GroupQuota(limit=Limit(gpus=8))}))

@@ -113,6 +113,7 @@ class _Cycle:
     # -- 1. eligibility ---------------------------------------------------------------
     def _eligible(self) -> list[Job]:
         out = []
+        largest: dict[tuple[str, str], int] | None = None  # for the infeasible ones' messages
         for job in sorted(self.snapshot.pending, key=lambda j: j.key):
             if job.suspended:
                 self._hold(job, WaitReason.Suspended, reasons.SUSPENDED)
@@ -122,7 +123,9 @@ class _Cycle:
             elif self.policy.quotas.over_budget == HOLD and job.group in self.fair.over_budget:
                 self._hold(job, WaitReason.Budget, self._over_budget(job))
             elif not self.capacity.ever_fits_somewhere(job):
-                self._hold(job, WaitReason.Infeasible, reasons.infeasible(job, self.snapshot))
+                largest = reasons.largest_nodes(self.snapshot) if largest is None else largest
+                message = reasons.infeasible(job, self.snapshot, largest)
+                self._hold(job, WaitReason.Infeasible, message)
             else:
                 out.append(job)
         return out
