@@ -53,6 +53,7 @@ from benchbed import (
     percentile,
     process_age_s,
     process_kinds,
+    pyspy,
     scale_layout,
     wait_until,
 )
@@ -123,6 +124,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=16, help="client threads")
     parser.add_argument("--up-timeout-s", type=float, default=1800.0)
     parser.add_argument("--keep-bed", action="store_true", help="leave the bed running")
+    parser.add_argument("--profile", type=Path, help="py-spy of the operator in the dispatch")
+    parser.add_argument("--profile-s", type=int, default=120)
     parser.add_argument("--json", action="store_true", help="(output is always JSON)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cpn-bench-scale-"))
@@ -167,6 +170,8 @@ def main() -> int:
         }
 
         before_dispatch = len(operator_cycles(log))
+        if args.profile:
+            pyspy(op.proc.pid, args.profile_s, args.profile)
         run = dispatch(op, [aijob(f"j{i:05d}") for i in range(args.jobs)], workers=args.workers)
         out["dispatch"] = {"jobs": args.jobs, "dispatched": len(run.uids), **run.figures}
         # the cycles that started some of them, with the most that waited in one of them
