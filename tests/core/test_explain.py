@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from cpn.core.capacity import Capacity
 from cpn.core.cycle import plan_cycle
-from cpn.core.explain import choices, explain, first_to_free
+from cpn.core.explain import choices, explain, first_to_free, weighed
 from cpn.core.policy import GroupQuota, Limit, QueuePolicy, Quotas
 from tests.builders import cluster, job, nodes, running, snapshot
+from tests.core.test_plan_equivalence import random_snapshot
 
 A100, V100 = "A100-80GB", "V100-32GB"
 
@@ -99,3 +101,25 @@ def test_first_to_free_names_an_overdue_job_due_about_now():
     snap = snapshot(jobs=[job("w", gpus=8)], clusters=[c], running_jobs=[overdue], now_s=100)
     found = first_to_free(snap, ["w"])["w"]
     assert found.job_key == "overdue" and found.at_s >= 100  # never before now
+
+
+def test_choices_shared_memo_gives_what_each_job_alone_gets() -> None:
+    """``choices`` weighs a cycle's starts with one memo of what each group offers a shape;
+    every start's views are what :func:`weighed` gives that job on its own."""
+    compared = 0
+    for seed in range(150):
+        snap = random_snapshot(seed)
+        plan = plan_cycle(snap)
+        found = choices(snap, plan)
+        jobs = {j.key: j for j in snap.pending}
+        for start in plan.starts:
+            alone = weighed(snap, Capacity.from_snapshot(snap), jobs[start.job_key], start)
+            chosen = next((c for c in alone if c.chosen), None)
+            if chosen is None:
+                assert start.job_key not in found
+                continue
+            others = [c for c in alone if not c.chosen and c.completion_s is not None]
+            assert found[start.job_key].chosen == chosen
+            assert found[start.job_key].runner_up == (others[0] if others else None)
+            compared += 1
+    assert compared > 100

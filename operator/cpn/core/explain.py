@@ -54,10 +54,23 @@ class Explanation:
     candidates: tuple[CandidateView, ...] = ()
 
 
+#: (shape, alone, group) -> (earliest fit, room now): what a group offers a job of that shape
+Fits = dict[tuple[object, ...], tuple[tuple[float, tuple[str, ...]] | None, bool]]
+
+
 def weighed(
-    snapshot: Snapshot, capacity: Capacity, job: Job, start: Start | None = None
+    snapshot: Snapshot,
+    capacity: Capacity,
+    job: Job,
+    start: Start | None = None,
+    fits: Fits | None = None,
 ) -> list[CandidateView]:
-    """Every (cluster, GPU type) of its domain ``job`` could use, soonest completion first."""
+    """Every (cluster, GPU type) of its domain ``job`` could use, soonest completion first.
+    ``fits``: a memo shared by calls on the same ``capacity`` (jobs of one shape find the
+    same room; a thousand starts over ten thousand nodes would otherwise search it again
+    for each)."""
+    fits = {} if fits is None else fits
+    form = (shape(job), capacity.alone(job))
     candidates = []
     chosen = capacity.key_of(start.cluster, start.gpu_type, start.nodes) if start else None
     for key, gpu_type in capacity.groups_for(job_domain(snapshot.policy, job)):
@@ -68,7 +81,13 @@ def weighed(
         moving = transfer_s(job, cluster, snapshot)
         if moving is None:
             continue
-        found = capacity.earliest_fit(job, key, snapshot.now_s)
+        memo = (*form, key)
+        if memo not in fits:
+            fits[memo] = (
+                capacity.earliest_fit(job, key, snapshot.now_s),
+                capacity.fit(job, key) is not None,
+            )
+        found, room_now = fits[memo]
         wait = None if found is None else found[0] - snapshot.now_s
         candidates.append(
             CandidateView(
@@ -78,7 +97,7 @@ def weighed(
                 transfer_s=moving,
                 earliest_start_s=wait,
                 completion_s=None if wait is None else wait + moving + runtime,
-                room_now=capacity.fit(job, key) is not None,
+                room_now=room_now,
                 chosen=chosen == key,
             )
         )
@@ -100,11 +119,12 @@ def choices(snapshot: Snapshot, plan: CyclePlan) -> dict[str, Choice]:
     capacity = Capacity.from_snapshot(snapshot)
     jobs = {j.key: j for j in snapshot.pending}
     out = {}
+    fits: Fits = {}
     for start in plan.starts:
         job = jobs.get(start.job_key)
         if job is None:
             continue
-        views = weighed(snapshot, capacity, job, start)
+        views = weighed(snapshot, capacity, job, start, fits)
         chosen = next((c for c in views if c.chosen), None)
         if chosen is None:
             continue
