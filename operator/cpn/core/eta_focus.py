@@ -149,6 +149,14 @@ class Focus:
         """``key`` joined the queue."""
         self.alive[self.index[key]] = True
 
+    def _drain_order(self, rows: npt.NDArray[np.int64]) -> _Vector:
+        """Reservations.drain_order of ``jobs[rows]``: under drain_fifo the due time (the
+        submit time if none is stamped), else 0."""
+        if not self.policy.reservation.drain_fifo:
+            return np.zeros(len(rows), dtype=np.float64)
+        due = self.due[rows]
+        return np.where(np.isinf(due), self.submit[rows], due)
+
     def _scores(self, base: Snapshot) -> _Vector:
         from cpn.core.queue import ORDERINGS, group_usage
 
@@ -236,6 +244,7 @@ class Focus:
                     self.submit[ranked],
                     ~heads[ranked],
                     self.gpus[ranked] < res.min_gpus,
+                    np.where(drains[ranked], self._drain_order(ranked), 0.0),
                     ~drains[ranked],
                     self.level[ranked],
                 )

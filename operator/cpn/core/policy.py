@@ -134,13 +134,15 @@ class Reservation:
     when it frees: higher-ranked jobs may not take it in that cycle. A job that has
     waited ``drain_after_s``, and ``drain_ratio`` times the mean wait of the pending
     jobs, drains: it holds a reservation before every other
-    holder (oldest first) and claims its room whether or not it fits now, so no job
+    holder (big draining jobs first, then the oldest) and claims its room whether or
+    not it fits now, so no job
     that would still run at its reserved start is placed there; it starts once
     the jobs running there end (the starvation bound, see docs/policy.md).
 
     With ``drain_fifo`` a job also drains once the clock passes its FIFO due time
     (``Job.fifo_due_s``, :mod:`cpn.core.fifodue`): when strict FIFO would have started
-    it by, estimated from the backlog ahead of it when it was first seen.
+    it by, estimated from the backlog ahead of it when it was first seen; draining jobs
+    then reserve in due order, whatever their size.
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size

@@ -266,12 +266,14 @@ class Reservations:
         if res_policy.head:
             self.heads = self._heads(ranked)
         worthy = [item for item in ranked if self.reserves(item.job)]
-        # Draining jobs first, oldest first; then big jobs (they cannot backfill; small ones
-        # soon find room); then each level's head; then by age.
+        # Draining jobs first (under drain_fifo in due order, whatever their size:
+        # :meth:`drain_order`); then big jobs (they cannot backfill; small ones soon find
+        # room); then each level's head; then by age.
         worthy.sort(
             key=lambda r: (
                 r.level,
                 not self._draining(r.job),
+                self.drain_order(r.job) if self._draining(r.job) else 0.0,
                 r.job.gpus < res_policy.min_gpus,
                 r.job.key not in self.heads,
                 r.job.submit_s,
@@ -337,6 +339,16 @@ class Reservations:
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
+
+    def drain_order(self, job: Job) -> float:
+        """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
+        time, else (none stamped) its submit time; 0 without drain_fifo. Draining jobs
+        reserve in this order, so an older-due draining job takes the earliest room
+        before a later-due one, big or not, and the later one backfills only where it
+        does not delay it (without drain_fifo big draining jobs go first, then the oldest)."""
+        if not self.policy.reservation.drain_fifo:
+            return 0.0
+        return job.submit_s if job.fifo_due_s is None else job.fifo_due_s
 
     @cached_property
     def _mean_wait(self) -> float:
