@@ -347,6 +347,12 @@ def test_an_input_declared_without_a_size_learns_it_from_its_first_staging():
         assert b.staging.links.estimate("m2", "m1", None) == 10.0
         later = b.staging.sized(record.job)  # type: ignore[arg-type]
         assert later.inputs[0].size_gb == 20.0
+        # its Job seen Succeeded again (an update before its deletion lands), its pod gone:
+        # the size learned stays (CI once saw the cache entry turn 0 bytes)
+        b.m1.termination_messages = lambda job: []  # type: ignore[attr-defined]
+        b.report(name, "Succeeded", "2026-01-01T00:00:00Z", "2026-01-01T00:00:16Z")
+        b.run(lambda: asyncio.sleep(0.1))
+        assert b.staging.caches["m1"]["weights@v1"].size_gb == 20.0
     finally:
         b.close()
 

@@ -103,9 +103,12 @@ def staging_failed(record: Record, ident: str, attempts: int, why: str, now_s: f
 def present(
     cache: Mapping[str, Cached], ident: str, size_bytes: int, now_s: float
 ) -> dict[str, Cached]:
-    """``cache`` once ``ident`` (``size_bytes`` long) was staged there, complete at ``now_s``."""
+    """``cache`` once ``ident`` (``size_bytes`` long) was staged there, complete at ``now_s``;
+    a size of 0 (not known) keeps the size the cache already has for it."""
     out = dict(cache)
-    out[ident] = Cached(size_gb=size_bytes / _GB, last_used_s=now_s, ready_s=now_s)
+    held = out.get(ident)
+    size_gb = held.size_gb if size_bytes <= 0 and held is not None else size_bytes / _GB
+    out[ident] = Cached(size_gb=size_gb, last_used_s=now_s, ready_s=now_s)
     return out
 
 

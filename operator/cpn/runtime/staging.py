@@ -217,6 +217,9 @@ class Staging:
                 self._failed(member.name, moving, "its staging Job was deleted")
             return
         unsized = report.size_bytes <= 0 and not self.state.config.dry_run
+        known = self.sizes.get((report.source, report.ident))
+        if report.result == "Succeeded" and unsized and known:  # e.g. its Job seen again
+            report, unsized = replace(report, size_bytes=known), False
         if report.result == "Succeeded" and unsized:
             if (member.name, report.name) not in self.reading:  # its size: from its report
                 self.reading.add((member.name, report.name))
