@@ -88,19 +88,22 @@ class QuotaLedger:
                 if self.used(bucket, gpu_type) + job.gpus > cap + _EPS:
                     used = self.used(bucket, gpu_type)
                     return reasons.over_type_quota(bucket.label, gpu_type, used, cap, job.gpus)
-            if limit.jobs is not None and self.running(bucket) >= limit.jobs:
-                return reasons.over_job_limit(bucket.label, self.running(bucket), limit.jobs)
+            if full := self._full(bucket):
+                return full
+        return ""
+
+    def _full(self, bucket: Bucket) -> str:
+        """Why ``bucket`` takes no more jobs (its concurrent-job limit); "" if it does."""
+        limit = bucket.limit.jobs
+        if limit is not None and self.running(bucket) >= limit:
+            return reasons.over_job_limit(bucket.label, self.running(bucket), limit)
         return ""
 
     def over_job_limit(self, job: Job) -> str:
         """Why one more job of ``job``'s group or user would break a concurrent-job limit;
         "" if not. Lending never lifts these (:attr:`~cpn.core.policy.Quotas.lending` lends
         idle GPUs, not job slots)."""
-        for bucket in self.buckets(job):
-            limit = bucket.limit.jobs
-            if limit is not None and self.running(bucket) >= limit:
-                return reasons.over_job_limit(bucket.label, self.running(bucket), limit)
-        return ""
+        return next((full for bucket in self.buckets(job) if (full := self._full(bucket))), "")
 
     def _keys(self, job: Job) -> list[tuple[str, str]]:
         keys = [("g", job.group), ("u", f"{job.group}/{job.user}")]

@@ -266,20 +266,23 @@ class Reservations:
         if res_policy.head:
             self.heads = self._heads(ranked)
         worthy = [item for item in ranked if self.reserves(item.job)]
+
         # Draining jobs first (under drain_fifo in due order, whatever their size:
         # :meth:`drain_order`); then big jobs (they cannot backfill; small ones soon find
         # room); then each level's head; then by age.
-        worthy.sort(
-            key=lambda r: (
+        def order(r: Ranked) -> tuple[object, ...]:
+            draining = self._draining(r.job)
+            return (
                 r.level,
-                not self._draining(r.job),
-                self.drain_order(r.job) if self._draining(r.job) else 0.0,
+                not draining,
+                self.drain_order(r.job) if draining else 0.0,
                 r.job.gpus < res_policy.min_gpus,
                 r.job.key not in self.heads,
                 r.job.submit_s,
                 r.job.key,
             )
-        )
+
+        worthy.sort(key=order)
         for item in worthy:
             if len(self.held) >= res_policy.max_reservations:
                 return
