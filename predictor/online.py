@@ -310,7 +310,9 @@ class OnlinePredictor:
         self, job: JobLike, work: JobWork, gpu_types: Sequence[str], unseen: bool
     ) -> Prediction:
         with self._lock:
-            law = self.runtimes.law(work.model, work.user, work.group, work.gpus)
+            law = self.runtimes.law(
+                work.model, work.user, work.group, work.gpus, getattr(job, "submit_s", None)
+            )
             if law is not None:
                 median, high = law.median_s, law.p90_s
                 source = f"predictor-history:{law.key}(n={law.n})"
@@ -380,7 +382,14 @@ class OnlinePredictor:
         with self._lock:
             ratio = self._ratio(work, self.reference_gpu, gpu)
             on_reference = actual_s * ratio
-            self.runtimes.add(work.model, work.user, work.group, work.gpus, on_reference)
+            self.runtimes.add(
+                work.model,
+                work.user,
+                work.group,
+                work.gpus,
+                on_reference,
+                getattr(job, "submit_s", None),
+            )
             if work.model:
                 self._finished_models.add(work.model)
             if amount is not None and work.model:

@@ -107,3 +107,29 @@ def test_the_first_due_draining_job_reserves_its_earliest_room(ends, asks):
     )
     held = {h.job_key: h.reserved_start_s for h in plan.holds}
     assert held[first.key] == sorted(ends)[int(first.gpus) // 8 - 1]
+
+
+def _shared(share: float) -> QueuePolicy:
+    return QueuePolicy(
+        reservation=Reservation(drain_after_s=None, drain_fifo=True, fifo_share=share)
+    )
+
+
+def test_under_fifo_share_a_job_past_due_drains_once_it_waited_that_share_of_the_widest():
+    """With fifo_share 0.5 a job past its FIFO due time (wait 1,000 s, due after 100 s) does
+    not drain while the widest FIFO wait among the waiting jobs is 4,000 s (it would need
+    2,000 s); with share 0 it drains at its due time; with a widest of 1,800 s it drains."""
+    busy, c = _busy([2000.0])
+    mine = job("mine", gpus=8, submitted_s=0, runtime_s=50_000, fifo_due_s=100.0)
+    wide = job("wide", gpus=8, submitted_s=500, runtime_s=60_000, fifo_due_s=4_500.0)
+    narrow = job("wide", gpus=8, submitted_s=500, runtime_s=60_000, fifo_due_s=2_300.0)
+
+    def reserved(policy: QueuePolicy, other: object) -> float | None:
+        plan = plan_cycle(
+            snapshot(jobs=[mine, other], clusters=[c], running_jobs=busy, now_s=1000, policy=policy)
+        )
+        return next((h.reserved_start_s for h in plan.holds if h.job_key == "mine"), None)
+
+    assert reserved(_shared(0.0), wide) == 2000.0
+    assert reserved(_shared(0.5), wide) is None
+    assert reserved(_shared(0.5), narrow) == 2000.0

@@ -39,6 +39,10 @@ POLICIES = {
         aging=Aging(rate=1.0, max_wait_s=None),
         reservation=Reservation(min_gpus=8, drain_after_s=None, drain_fifo=True),
     ),
+    "drain-fifo-share": QueuePolicy(
+        aging=Aging(rate=0.0, max_wait_s=None),
+        reservation=Reservation(min_gpus=8, drain_after_s=None, drain_fifo=True, fifo_share=0.9),
+    ),
     "drain-fifo-and-wait": QueuePolicy(
         aging=Aging(rate=1.0, max_wait_s=None),
         reservation=Reservation(

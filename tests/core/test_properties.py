@@ -103,6 +103,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         drain_after_s=draw(st.sampled_from([None, 100.0, 600.0])),
         drain_ratio=draw(st.sampled_from([0.0, 1.5])),
         drain_fifo=draw(st.booleans()),
+        fifo_share=draw(st.sampled_from([0.0, 0.9])),
     )
     policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(

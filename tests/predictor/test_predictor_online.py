@@ -7,6 +7,7 @@ core ``Estimate`` values; the last tests pin that the two say the same.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -96,7 +97,8 @@ def test_job_without_work_uses_history_then_user_then_default():
     hinted = Job(key="h", submit_s=0, model="vgg16", user="ann", user_estimate_s=600.0)
     assert est.estimate(hinted, ["V100-16GB"]).runtime_s["V100-16GB"] == pytest.approx(600.0)
     est.observe(bare, "V100-16GB", 5000.0)
-    after = est.estimate(_job("b", "vgg16", user="ann"), ["V100-16GB", "K80"])
+    later = replace(_job("b", "vgg16", user="ann"), submit_s=86_400.0)  # no sibling of a
+    after = est.estimate(later, ["V100-16GB", "K80"])
     assert after.runtime_s["V100-16GB"] == pytest.approx(5000.0)
     assert after.runtime_s["K80"] > after.runtime_s["V100-16GB"]
     assert not after.unseen and after.source == "predictor-history:model+user+gpus(n=1)"

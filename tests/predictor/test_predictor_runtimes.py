@@ -58,3 +58,31 @@ def test_bad_runtimes_are_ignored():
     for value in (0.0, -5.0, math.inf, math.nan):
         h.add("", "", "g", 1, value)
     assert h.observed == 0 and h.law("", "", "g", 1) is None
+
+
+def test_finished_siblings_decide_the_median():
+    """Among a group's 1-GPU jobs that mostly run an hour, a job submitted a minute after a
+    sibling that crashed in 20 s is taken for a 20 s job; one submitted an hour later is not."""
+    h = RuntimeHistory()
+    for i in range(40):
+        h.add("", "", "vision", 1, 3600.0, submit_s=-100_000.0 + 1000.0 * i)
+    h.add("", "", "vision", 1, 20.0, submit_s=0.0)
+    near = h.law("", "", "vision", 1, submit_s=60.0)
+    far = h.law("", "", "vision", 1, submit_s=3600.0)
+    unknown = h.law("", "", "vision", 1)
+    assert near is not None and near.key == "siblings" and near.n == 1
+    assert near.median_s == pytest.approx(20.0)
+    assert near.p90_s > 3 * near.median_s  # one sibling: the spread stays wide
+    assert far is not None and far.key == "group+gpus" and far.median_s > 1000.0
+    assert unknown is not None and unknown.key == "group+gpus"
+
+
+def test_siblings_are_the_same_submitter_and_size():
+    """A 20 s job of another group, or of the same group on 4 GPUs, is no sibling."""
+    h = RuntimeHistory()
+    for i in range(10):
+        h.add("", "", "vision", 1, 3600.0, submit_s=-100_000.0 + 1000.0 * i)
+    h.add("", "", "speech", 1, 20.0, submit_s=0.0)
+    h.add("", "", "vision", 4, 20.0, submit_s=0.0)
+    law = h.law("", "", "vision", 1, submit_s=30.0)
+    assert law is not None and law.key == "group+gpus" and law.median_s > 1000.0

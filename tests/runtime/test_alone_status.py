@@ -1,5 +1,6 @@
 """A job that runs alone (cpn.core.alone) says so in its status, keeps its nodes to itself
-after a restart, and jobs of its model stop being new once one of them finished."""
+after a restart, and jobs of its model stop being new once one of them finished; waiting
+siblings of a finished job are estimated again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cpn.api import constants as k
+from cpn.api.predictions import PredictorEstimator
 from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from cpn.core.policy import QueuePolicy
@@ -82,6 +84,29 @@ def test_waiting_jobs_of_a_model_are_new_until_one_finished() -> None:
     done = store.records["ns/a"].job
     assert done is not None
     estimator.observe(done, "A100-80GB", 60.0)
-    assert store.learned_model("llama3") == 1
+    assert store.learned(done) == 1
     news = {j.key: j.estimate.new_model for j in store.snapshot(1.0, [], {}).pending}
     assert news == {"ns/a": False, "ns/b": True, "ns/c": False}
+
+
+def test_waiting_siblings_of_a_finished_job_are_estimated_again() -> None:
+    """Three 1-GPU jobs of one user submitted together, and one an hour later: when the
+    first finishes in 20 s its waiting siblings are estimated again and take its runtime
+    (predictor.runtimes siblings); the later job is no sibling and keeps its estimate."""
+    estimator = PredictorEstimator(retrain="off", default_s=3600.0)
+    store = Store(QueuePolicy(), estimator)
+    store.set_gpu_types(["A100-80GB"])
+    for name in ("a", "b", "c"):
+        upsert(store, body(name, f"uid-{name}"), user="u", group="g")
+    later = body("d", "uid-d")
+    later["metadata"]["creationTimestamp"] = "2026-01-01T01:00:00Z"
+    upsert(store, later, user="u", group="g")
+    done = store.records["ns/a"].job
+    assert done is not None
+    estimator.observe(done, "A100-80GB", 20.0)
+    assert store.learned(done) == 3  # a itself (still listed here), b and c
+    runtime = {
+        j.key: j.estimate.runtime_s["A100-80GB"] for j in store.snapshot(NOW, [], {}).pending
+    }
+    assert runtime["ns/b"] == runtime["ns/c"] == runtime["ns/a"]
+    assert runtime["ns/b"] < 60.0 < runtime["ns/d"]

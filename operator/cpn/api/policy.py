@@ -121,6 +121,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_ratio": number(0.0, MAX_WEIGHT),
     "head": boolean,
     "drain_fifo": boolean,
+    "fifo_share": number(0.0, 1.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": choice(METHODS),

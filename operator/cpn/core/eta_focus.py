@@ -204,8 +204,13 @@ class Focus:
                 draining = old & (waited >= res.drain_ratio * mean_wait(self.jobs, alive, now))
         # ... and with drain_fifo the jobs past their FIFO due time, whatever the mean.
         due = np.zeros_like(old)
+        widest = None
         if res.enabled and res.drain_fifo:
             due = self.alive & (self.due <= now)
+            if res.fifo_share > 0:  # Reservations._widest_fifo_wait: the focus holds that job
+                fifo_wait = np.where(np.isinf(self.due), 0.0, self.due - self.submit)
+                widest = alive[np.argmax(fifo_wait[alive])]
+                due &= now - self.submit >= res.fifo_share * max(0.0, fifo_wait[widest])
         drains = draining | due
         scores = self._scores(base)
         order = order[
@@ -255,6 +260,8 @@ class Focus:
             chosen = np.zeros(len(self.jobs), dtype=bool)
             chosen[ranked[:first]] = True
             chosen[order[:head]] = True
+            if widest is not None:
+                chosen[widest] = True
             if self.dominance:
                 chosen[self._probes(eligible & ~chosen, fit_now)] = True
             if old.any():

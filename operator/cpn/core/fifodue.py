@@ -25,7 +25,7 @@ and drains as soon as it is requeued, which is why preemption never picks it
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from cpn.core.model import Job, Snapshot
 
@@ -70,6 +70,12 @@ def due_times(snapshot: Snapshot) -> Mapping[str, float]:
 def fifo_due(job: Job, now_s: float) -> bool:
     """True once ``now_s`` has reached ``job``'s FIFO due time."""
     return job.fifo_due_s is not None and now_s >= job.fifo_due_s
+
+
+def widest_fifo_wait(jobs: Iterable[Job]) -> float:
+    """The longest FIFO wait (due time less submit time) among ``jobs`` (0 if none has a
+    due time): under ``reservation.fifo_share`` the wait a job past due is let run up to."""
+    return max([0.0, *(j.fifo_due_s - j.submit_s for j in jobs if j.fifo_due_s is not None)])
 
 
 def resumed_due_s(due_s: float | None, ran_s: float) -> float | None:

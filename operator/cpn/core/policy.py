@@ -104,9 +104,14 @@ class Quotas:
 class Aging:
     """Aging: ``rate`` is what one second of waiting is worth in the formula's
     ``aging`` term; ``max_wait_s`` is the wait after which a job gets a
-    reservation whatever its size (the starvation guard)."""
+    reservation whatever its size (the starvation guard).
 
-    rate: float = 4.0
+    ``rate`` is 0 by default: waits are bounded by draining (``Reservation.drain_fifo``),
+    which has a stated bound, and a wait term in the formula would rank a long job that
+    waited ahead of short ones that could have run before it and still let it start in
+    time (GPU-seconds of runtime against seconds of wait: no rate suits every workload)."""
+
+    rate: float = 0.0
     max_wait_s: float | None = 6 * 3600.0
 
 
@@ -142,7 +147,10 @@ class Reservation:
     With ``drain_fifo`` a job also drains once the clock passes its FIFO due time
     (``Job.fifo_due_s``, :mod:`cpn.core.fifodue`): when strict FIFO would have started
     it by, estimated from the backlog ahead of it when it was first seen; draining jobs
-    then reserve in due order, whatever their size.
+    then reserve in due order, whatever their size. With ``fifo_share`` above 0 such a
+    job drains only once it has also waited ``fifo_share`` times the longest FIFO wait
+    (due time less submit time) among the jobs waiting with it: FIFO's worst wait is the
+    bound, not each job's own FIFO wait, so short jobs may pass a long one for longer.
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
@@ -159,7 +167,8 @@ class Reservation:
     drain_after_s: float | None = 300 * 3600.0
     drain_ratio: float = 3.0
     head: bool = False
-    drain_fifo: bool = False
+    drain_fifo: bool = True
+    fifo_share: float = 0.9
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,13 +4,17 @@
 order (level first, then score, then submit time, then key). Orderings are
 registered by name; a policy picks one with ``ordering:``.
 
-Starvation bound of the ``cpn`` ordering: with the default formula
-``1000000*priority + aging*wait_s - gpu_time_s``, a job of equal priority whose
-predicted GPU-time is ``G`` ranks above every job arriving after it once it has
-waited ``(G - G_min) / aging`` seconds (``G_min``: the smallest GPU-time of a
-later arrival); and once it has waited ``aging.max_wait_s`` it becomes eligible
-for a reservation, which the oldest eligible blocked jobs hold until they start
-(see :mod:`cpn.core.cycle`), so backfill cannot bypass it forever.
+Starvation bound of the ``cpn`` ordering: the order itself does not bound waits under
+the default policy (``aging.rate`` 0: smallest predicted GPU-time first); draining does
+(:mod:`cpn.core.reservations`, ``reservation.drain_fifo``): a job past its FIFO due time
+that has waited ``fifo_share`` of the longest FIFO wait of the queue claims its room.
+With a rate above 0 and the default formula ``1000000*priority + aging*wait_s -
+gpu_time_s``, a job of equal priority whose predicted GPU-time is ``G`` also ranks above
+every job arriving after it once it has waited ``(G - G_min) / aging`` seconds
+(``G_min``: the smallest GPU-time of a later arrival); and once it has waited
+``aging.max_wait_s`` it becomes eligible for a reservation, which the oldest eligible
+blocked jobs hold until they start (see :mod:`cpn.core.cycle`), so backfill cannot
+bypass it forever.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from functools import cached_property
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape
-from cpn.core.fifodue import fifo_due
+from cpn.core.fifodue import fifo_due, widest_fifo_wait
 from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
@@ -335,7 +335,11 @@ class Reservations:
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once the clock is past its FIFO due time."""
         res_policy = self.policy.reservation
-        if res_policy.drain_fifo and fifo_due(job, self.now):
+        if (
+            res_policy.drain_fifo
+            and fifo_due(job, self.now)
+            and self.now - job.submit_s >= res_policy.fifo_share * self._widest_fifo_wait
+        ):
             return True
         after = res_policy.drain_after_s
         waited = self.waited(job)
@@ -352,6 +356,11 @@ class Reservations:
         if not self.policy.reservation.drain_fifo:
             return 0.0
         return job.submit_s if job.fifo_due_s is None else job.fifo_due_s
+
+    @cached_property
+    def _widest_fifo_wait(self) -> float:
+        """The longest FIFO wait (due time less submit time) of the pending jobs."""
+        return widest_fifo_wait(self._pending)
 
     @cached_property
     def _mean_wait(self) -> float:

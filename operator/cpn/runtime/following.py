@@ -69,13 +69,14 @@ class Following:
 
     def learn(self) -> int:
         """The estimator sees the finished jobs' real runtimes queued since the last cycle
-        (:meth:`~cpn.runtime.state.RuntimeState.learn_soon`), and the waiting jobs of their
-        models are no longer the first of them (estimated again); returns how many."""
+        (:meth:`~cpn.runtime.state.RuntimeState.learn_soon`), and the waiting jobs whose
+        estimate that changes are estimated again (:meth:`~cpn.runtime.store.Store.learned`);
+        returns how many."""
         queued, self.state.to_learn = self.state.to_learn, []
         for job, gpu_type, actual_s, key in queued:
             try:
                 self.state.estimator.observe(job, gpu_type, actual_s)
-                self.state.store.learned_model(job.model)
+                self.state.store.learned(job)
             except Exception:  # the predictor must never take the operator down
                 log.exception("predictor failed to learn from %s", key)
         return len(queued)

@@ -25,6 +25,7 @@ from cpn.core.fifodue import due_times, resumed_due_s
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
+from predictor.runtimes import siblings
 
 ACTIVE_PHASES = frozenset({k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING})
 
@@ -317,13 +318,19 @@ class Store:
                 count += 1
         return count
 
-    def learned_model(self, model: str) -> int:
-        """After the estimator saw a job of ``model`` finish: the waiting jobs of that model
-        it called new (``Estimate.new_model``) are estimated again; returns how many."""
+    def learned(self, finished: Job) -> int:
+        """After the estimator saw ``finished`` end: the waiting jobs whose estimate that may
+        change are estimated again (those of its model the estimator called new,
+        ``Estimate.new_model``, and its siblings, :func:`predictor.runtimes.siblings`);
+        returns how many."""
         count = 0
         for record in self.pending():
             job = record.job
-            if job is not None and model and job.model == model and job.estimate.new_model:
+            if job is None:
+                continue
+            if (finished.model and job.model == finished.model and job.estimate.new_model) or (
+                siblings(job, finished)
+            ):
                 record.job = self.attach_estimate(job)
                 count += 1
         return count

@@ -1,7 +1,10 @@
 """Which jobs' runtime estimates may be out of date: what the estimator learned since each.
 
 What the estimator learns from a finished job is taken to change only the estimates of
-jobs of the same model or the same user; anything wider (the predictor retraining)
+jobs of the same model or the same user, and of its siblings (same submitter, model and
+GPU count, submitted close to it: :func:`predictor.runtimes.siblings`; found here by
+submit-time buckets of ``SIBLING_S``, the finished job marking its own and both
+neighbours); anything wider (the predictor retraining)
 changes its knowledge version (``Estimator.knowledge_version``), and every estimate may
 change. Learning is counted in observations; each job remembers the count its estimate
 was made at, so a job whose model nobody ran meanwhile is never asked twice
@@ -10,10 +13,20 @@ was made at, so a job whose model nobody ran meanwhile is never asked twice
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from cpn.core.estimator import Estimator
 from cpn.core.model import Job
+from predictor.runtimes import SIBLING_S, sibling_of
+
+
+def _bucket(job: Job) -> int:
+    return math.floor(job.submit_s / SIBLING_S)
+
+
+def _siblings(job: Job, bucket: int) -> tuple[str, ...]:
+    return (*sibling_of(job), str(bucket))
 
 
 class Staleness:
@@ -22,7 +35,7 @@ class Staleness:
     def __init__(self, estimator: Estimator) -> None:
         self._estimator = estimator
         self._learned = 0  # observations so far
-        self._by: dict[tuple[str, str], int] = {}  # ("m", model) / ("u", user) -> count
+        self._by: dict[tuple[str, ...], int] = {}  # ("m", model) / ("u", user) -> count
         self._all = 0  # count when the estimator's knowledge version last changed
         self._version = estimator.knowledge_version()
         self._refreshed_at = 0  # count at the last call of stale()
@@ -41,6 +54,9 @@ class Staleness:
         self._by[("m", job.model)] = self._learned
         if job.user:
             self._by[("u", job.user)] = self._learned
+        bucket = _bucket(job)
+        for near in (bucket - 1, bucket, bucket + 1):  # its siblings (predictor.runtimes)
+            self._by[_siblings(job, near)] = self._learned
         version = self._estimator.knowledge_version()
         if version != self._version:  # it retrained: every estimate may change
             self._version = version
@@ -65,6 +81,7 @@ class Staleness:
                 stamp < every
                 or stamp < by.get(("m", job.model), -1)
                 or bool(job.user and stamp < by.get(("u", job.user), -1))
+                or stamp < by.get(_siblings(job, _bucket(job)), -1)
             )
 
         return [job for job in jobs if is_stale(job)]
