@@ -215,13 +215,15 @@ def test_sjf_orders_by_predicted_runtime():
 
 
 def test_aging_lifts_a_long_job_over_newer_short_ones():
-    """The default formula's aging term puts a job that waited long enough first."""
+    """The default formula's aging term (with a rate: 0 by default) puts a job that waited
+    long enough first."""
     c = cluster("m", nodes("m", 1, gpus=4))
     jobs = [
         job("old-long", gpus=4, runtime_s=2000, submitted_s=0),
         job("new-short", gpus=4, runtime_s=60, submitted_s=3000),
     ]
-    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=3000))
+    aging = QueuePolicy(aging=Aging(rate=4.0))
+    plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=3000, policy=aging))
     assert [s.job_key for s in plan.starts] == ["old-long"]
 
 

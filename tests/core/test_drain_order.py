@@ -72,7 +72,9 @@ def test_without_drain_fifo_big_draining_jobs_still_go_first():
         job("late16", gpus=8, workers=2, submitted_s=50, runtime_s=50_000),
         job("old8", gpus=8, submitted_s=10, runtime_s=50_000),
     ]
-    policy = QueuePolicy(reservation=Reservation(drain_after_s=100, drain_ratio=0))
+    policy = QueuePolicy(
+        reservation=Reservation(drain_after_s=100, drain_ratio=0, drain_fifo=False)
+    )
     plan = plan_cycle(
         snapshot(jobs=jobs, clusters=[c], running_jobs=busy, now_s=1000, policy=policy)
     )

@@ -11,6 +11,7 @@ import pytest
 from cpn.core.cycle import plan_cycle
 from cpn.core.eta import project
 from cpn.core.model import Estimate, frozen_map
+from cpn.core.policy import Aging, QueuePolicy
 from cpn.core.presets import preset_policy
 from cpn.core.runtime_law import expected_end_s
 from tests.builders import cluster, job, nodes, running, snapshot
@@ -115,7 +116,8 @@ def test_projection_places_with_the_live_cycles_milp():
     c = cluster("m", nodes("m", 1, gpus=4))
     big = job("big", gpus=4, runtime_s=100, submitted_s=0)
     small = [job(f"s{i}", runtime_s=100, submitted_s=100 + i) for i in range(4)]
-    snap = snapshot(jobs=[big, *small], clusters=[c], now_s=1000)
+    aging = QueuePolicy(aging=Aging(rate=4.0))  # the big job, older, ranks first
+    snap = snapshot(jobs=[big, *small], clusters=[c], now_s=1000, policy=aging)
     live = plan_cycle(snap)
     assert live.stats.method == "milp"
     out = project(snap)

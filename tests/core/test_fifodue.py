@@ -80,7 +80,9 @@ def test_a_job_past_its_fifo_due_time_drains(drain_fifo, due_s, want):
         job("old", gpus=4, submitted_s=0, runtime_s=100_000, fifo_due_s=due_s),
         job("new", gpus=1, submitted_s=7000, runtime_s=60),
     ]
-    policy = QueuePolicy(reservation=Reservation(drain_after_s=None, drain_fifo=drain_fifo))
+    policy = QueuePolicy(
+        reservation=Reservation(drain_after_s=None, drain_fifo=drain_fifo, fifo_share=0.0)
+    )
     plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], now_s=7200, policy=policy))
     assert [s.job_key for s in plan.starts] == want
 
@@ -95,7 +97,9 @@ def test_a_job_past_its_fifo_due_time_drains(drain_fifo, due_s, want):
 def test_a_job_never_drains_before_its_due_time(due_s, now_s, submitted_s, drain_fifo):
     """Without the wait-based guard a job drains exactly when drain_fifo is on and the clock
     has reached its due time: never before it, never without one."""
-    policy = QueuePolicy(reservation=Reservation(drain_after_s=None, drain_fifo=drain_fifo))
+    policy = QueuePolicy(
+        reservation=Reservation(drain_after_s=None, drain_fifo=drain_fifo, fifo_share=0.0)
+    )
     j = job("a", submitted_s=min(submitted_s, now_s), fifo_due_s=due_s)
     snap = snapshot(jobs=[j], clusters=[cluster("m", nodes("m", 1))], now_s=now_s, policy=policy)
     res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
@@ -104,7 +108,9 @@ def test_a_job_never_drains_before_its_due_time(due_s, now_s, submitted_s, drain
 
 def test_draining_by_wait_still_works_with_drain_fifo():
     """drain_fifo adds a way to drain; a job past drain_after_s still drains without a due."""
-    policy = QueuePolicy(reservation=Reservation(drain_after_s=100, drain_ratio=0, drain_fifo=True))
+    policy = QueuePolicy(
+        reservation=Reservation(drain_after_s=100, drain_ratio=0, drain_fifo=True, fifo_share=0.0)
+    )
     j = replace(job("a", submitted_s=0), fifo_due_s=None)
     snap = snapshot(jobs=[j], clusters=[cluster("m", nodes("m", 1))], now_s=500, policy=policy)
     res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
@@ -133,7 +139,7 @@ def test_only_a_victim_with_fifo_slack_left_is_preempted(
     policy = QueuePolicy(
         name="p",
         preemption=Preemption(enabled=True, min_run_s=0),
-        reservation=Reservation(drain_fifo=True),
+        reservation=Reservation(drain_fifo=True, fifo_share=0.0),
     )
     snap = snapshot(
         jobs=[job("fresh", gpus=4, runtime_s=1_000.0, submitted_s=1000, fifo_due_s=9e9)],

@@ -14,8 +14,12 @@ from cpn.core.cycle import plan_cycle
 from cpn.sim.groups import by_group
 from cpn.sim.runner import resolve_policy
 
-FAIR = parse_policy("fair_share: {half_life_h: 168, weight: 86400}")
-OFF = parse_policy("{}")
+# Without draining: here every job waits about as long as FIFO would make it (the 10 h
+# job ahead), so draining past the FIFO due time would put them in submit order.
+FAIR = parse_policy(
+    "{fair_share: {half_life_h: 168, weight: 86400}, reservation: {drain_fifo: false}}"
+)
+OFF = parse_policy("reservation: {drain_fifo: false}")
 
 
 def _trace():

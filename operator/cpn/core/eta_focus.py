@@ -78,6 +78,10 @@ class Focus:
             [inf if j.fifo_due_s is None else j.fifo_due_s for j in self.jobs], dtype=np.float64
         )
         self.gpus = np.array([j.gpus for j in self.jobs], dtype=np.float64)
+        self.ran = np.array(  # Reservations.waited: time run in earlier attempts
+            [j.attained_gpu_s / j.gpus if j.gpus > 0 else 0.0 for j in self.jobs],
+            dtype=np.float64,
+        )
         self.level = np.array(
             [
                 level_of(j, policy.levels, effective_priority(j, policy)) if policy.levels else 0
@@ -205,12 +209,15 @@ class Focus:
         # ... and with drain_fifo the jobs past their FIFO due time, whatever the mean.
         due = np.zeros_like(old)
         widest = None
-        if res.enabled and res.drain_fifo:
+        if res.enabled and res.drain_fifo and res.fifo_share > 0:
+            # Reservations._draining: waited a share of the widest FIFO budget of the
+            # queue; the focus holds the job with that budget, so its plans agree
+            budget = np.where(np.isinf(self.due), 0.0, self.due - self.submit - self.ran)
+            widest = alive[np.argmax(budget[alive])]
+            share = res.fifo_share * max(0.0, budget[widest])
+            due = self.alive & ~np.isinf(self.due) & (now - self.submit - self.ran >= share)
+        elif res.enabled and res.drain_fifo:
             due = self.alive & (self.due <= now)
-            if res.fifo_share > 0:  # Reservations._widest_fifo_wait: the focus holds that job
-                fifo_wait = np.where(np.isinf(self.due), 0.0, self.due - self.submit)
-                widest = alive[np.argmax(fifo_wait[alive])]
-                due &= now - self.submit >= res.fifo_share * max(0.0, fifo_wait[widest])
         drains = draining | due
         scores = self._scores(base)
         order = order[

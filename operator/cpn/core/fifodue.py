@@ -72,10 +72,21 @@ def fifo_due(job: Job, now_s: float) -> bool:
     return job.fifo_due_s is not None and now_s >= job.fifo_due_s
 
 
+def fifo_budget_s(job: Job) -> float | None:
+    """How long FIFO would have let ``job`` wait: its due time less its submit time and
+    less what it ran (a preemption moves the due time by what the job ran); None when
+    it has no due time."""
+    if job.fifo_due_s is None:
+        return None
+    ran = job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
+    return job.fifo_due_s - job.submit_s - ran
+
+
 def widest_fifo_wait(jobs: Iterable[Job]) -> float:
-    """The longest FIFO wait (due time less submit time) among ``jobs`` (0 if none has a
-    due time): under ``reservation.fifo_share`` the wait a job past due is let run up to."""
-    return max([0.0, *(j.fifo_due_s - j.submit_s for j in jobs if j.fifo_due_s is not None)])
+    """The longest FIFO wait budget (:func:`fifo_budget_s`) among ``jobs``, 0 if none has
+    one: under ``reservation.fifo_share`` a job drains once it has waited that share of it."""
+    budgets = (fifo_budget_s(j) for j in jobs)
+    return max([0.0, *(b for b in budgets if b is not None)])
 
 
 def resumed_due_s(due_s: float | None, ran_s: float) -> float | None:

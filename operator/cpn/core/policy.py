@@ -147,9 +147,10 @@ class Reservation:
     With ``drain_fifo`` a job also drains once the clock passes its FIFO due time
     (``Job.fifo_due_s``, :mod:`cpn.core.fifodue`): when strict FIFO would have started
     it by, estimated from the backlog ahead of it when it was first seen; draining jobs
-    then reserve in due order, whatever their size. With ``fifo_share`` above 0 such a
-    job drains only once it has also waited ``fifo_share`` times the longest FIFO wait
-    (due time less submit time) among the jobs waiting with it: FIFO's worst wait is the
+    then reserve in due order, whatever their size. With ``fifo_share`` above 0 a job
+    with a due time drains instead once it has waited ``fifo_share`` times the longest
+    FIFO wait budget among the jobs waiting with it (due time less submit time less
+    what the job ran: :func:`cpn.core.fifodue.fifo_budget_s`): FIFO's worst wait is the
     bound, not each job's own FIFO wait, so short jobs may pass a long one for longer.
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of

@@ -333,14 +333,17 @@ class Reservations:
     def _draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
         times the mean wait of the pending jobs (the starvation guard), or with
-        ``reservation.drain_fifo`` once the clock is past its FIFO due time."""
+        ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
+        wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
+        own FIFO due time)."""
         res_policy = self.policy.reservation
-        if (
-            res_policy.drain_fifo
-            and fifo_due(job, self.now)
-            and self.now - job.submit_s >= res_policy.fifo_share * self._widest_fifo_wait
-        ):
-            return True
+        if res_policy.drain_fifo:
+            share = res_policy.fifo_share
+            stamped = job.fifo_due_s is not None
+            if stamped and share > 0 and self.waited(job) >= share * self._widest_fifo_wait:
+                return True
+            if share <= 0 and fifo_due(job, self.now):
+                return True
         after = res_policy.drain_after_s
         waited = self.waited(job)
         if after is None or waited < after:
@@ -359,7 +362,7 @@ class Reservations:
 
     @cached_property
     def _widest_fifo_wait(self) -> float:
-        """The longest FIFO wait (due time less submit time) of the pending jobs."""
+        """The longest FIFO wait budget of the pending jobs (:func:`widest_fifo_wait`)."""
         return widest_fifo_wait(self._pending)
 
     @cached_property
