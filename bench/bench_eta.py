@@ -190,22 +190,27 @@ def scale(argv: Sequence[str]) -> None:
         "busy": args.busy,
     }
     real = cycle.plan_cycle
+    instants: set[float] = set()
+    calls = 0
+
+    def counted(snapshot: Snapshot, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        instants.add(snapshot.now_s)
+        return real(snapshot, **kwargs)
+
     for method in args.methods.split(","):
         policy = replace(base, placement=replace(base.placement, method=method))
         snap = fleet(
             args.pending, args.seed, policy, (args.clusters, args.nodes, args.types), args.busy
         )
         # every running job ends later, one at a time over the next 20,000 s
-        later = tuple(replace(r, predicted_end_s=snap.now_s + r.predicted_end_s) for r in snap.running)
+        later = tuple(
+            replace(r, predicted_end_s=snap.now_s + r.predicted_end_s) for r in snap.running
+        )
         snap = replace(snap, running=later)
-        instants: set[float] = set()
+        instants.clear()
         calls = 0
-
-        def counted(snapshot: Snapshot) -> Any:
-            nonlocal calls
-            calls += 1
-            instants.add(snapshot.now_s)
-            return real(snapshot)
 
         # project() reads cycle.plan_cycle when called: the counter stands in for it
         # (and is still "the" plan_cycle, so the focus applies as it would).

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from cpn.core.alone import runs_alone
 from cpn.core.domains import job_domain
-from cpn.core.model import Job, Node, Snapshot
+from cpn.core.model import Job, Node, Running, Snapshot
 from cpn.core.policy import QueuePolicy
 from cpn.core.runtime_law import expected_end_s
 
@@ -28,6 +28,9 @@ _EPS = 1e-9
 #: (cluster, GPU type), and the domain after them when the nodes are in one
 #: (:mod:`cpn.core.domains`): a domain's nodes form groups of their own
 GroupKey = tuple[str, ...]
+
+#: What a job gives back on a node, and when: (instant, GPUs, CPU, memory)
+Release = tuple[float, float, float, float]
 
 
 def group_key(cluster: str, gpu_type: str, domain: str = "") -> GroupKey:
@@ -56,7 +59,11 @@ class Slot:
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
     domain: str = ""
-    releases: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # the running jobs on it, once per worker (their releases are made when first read:
+    # Capacity.releases); and the releases of this cycle's starts
+    running: list[Running] = field(default_factory=list)
+    taken: list[Release] = field(default_factory=list)
+    sorted_releases: tuple[int, list[Release]] | None = None  # (the capacity's epoch, them)
     jobs: int = 0  # cpn jobs on it (running, or started this cycle)
     alone_key: str = ""  # the job that runs alone on it ("" when none)
     alone_until: float = math.inf  # that job's predicted end
@@ -186,6 +193,10 @@ class Capacity:
         self._alone: set[str] = set()  # jobs that hold their nodes alone
         self._running: set[str] = set()  # jobs of the snapshot's running list
         self._last: tuple[Job | None, Shape, bool, set[GroupKey]] = self._NO_LAST
+        self.now_s = 0.0  # the snapshot's instant (running jobs' ends are read at it)
+        self._ends: dict[int, tuple[Running, float]] = {}  # id(running job) -> its end
+        self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
+        self._dirty: list[Slot] = []  # slots a start or a release changed
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -196,26 +207,47 @@ class Capacity:
             for node in cluster.nodes:
                 slots.append(_slot(node, cluster.ready, ceiling))
         capacity = cls(slots, snapshot.policy)
+        capacity.now_s = snapshot.now_s
         for item in snapshot.running:
-            end = expected_end_s(item, snapshot.now_s, at_least_s=0.0)
             capacity._running.add(item.job.key)
             if item.alone:
                 capacity._alone.add(item.job.key)
             for name in item.nodes:
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:
-                    job = item.job
-                    slot.releases.append((end, worker_gpus(job), job.cpu, job.memory_gib))
+                    slot.running.append(item)
             for name in set(item.nodes):
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:
                     slot.jobs += 1
                     if item.alone:
-                        slot.alone_key, slot.alone_until = item.job.key, end
+                        slot.alone_key, slot.alone_until = item.job.key, capacity.end(item)
                         capacity._alone_groups.add(slot.key)
-        for slot in capacity._by_name.values():
-            slot.releases.sort()
         return capacity
+
+    def end(self, item: Running) -> float:
+        """When running job ``item`` is expected to end, seen at the capacity's instant."""
+        found = self._ends.get(id(item))
+        if found is not None and found[0] is item:
+            return found[1]
+        end = expected_end_s(item, self.now_s, at_least_s=0.0)
+        self._ends[id(item)] = (item, end)
+        return end
+
+    def releases(self, slot: Slot) -> list[Release]:
+        """What the jobs on ``slot`` give back and when, in order (running jobs at their
+        expected ends, this cycle's starts at their predicted ones). Read, do not change."""
+        memo = slot.sorted_releases
+        if memo is not None and memo[0] == self._epoch:
+            return memo[1]
+        out = [
+            (self.end(item), worker_gpus(item.job), item.job.cpu, item.job.memory_gib)
+            for item in slot.running
+        ]
+        out += slot.taken
+        out.sort()
+        slot.sorted_releases = (self._epoch, out)
+        return out
 
     def groups_for(self, domain: str) -> list[tuple[GroupKey, str]]:
         """The groups of ``domain``'s nodes, each with its GPU type: the only ones a job
@@ -330,6 +362,7 @@ class Capacity:
             self._alone_groups.add(key)
         for name in set(nodes):
             slot = self._by_name[(key[0], name)]
+            self._dirty.append(slot)
             slot.jobs += 1
             if alone:
                 slot.alone_key = job.key
@@ -346,8 +379,8 @@ class Capacity:
                     self._open.pop(key, None)
                     self._stale[key] = 0
             if until_s is not None:
-                slot.releases.append((until_s, need, job.cpu, job.memory_gib))
-                slot.releases.sort()
+                slot.taken.append((until_s, need, job.cpu, job.memory_gib))
+                slot.sorted_releases = None
 
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
@@ -360,6 +393,7 @@ class Capacity:
         for name in set(nodes):
             slot = self._by_name.get((cluster, name))
             if slot is not None:
+                self._dirty.append(slot)
                 slot.jobs = max(0, slot.jobs - 1)
                 if slot.alone_key == job.key:
                     slot.alone_key, slot.alone_until = "", math.inf
@@ -395,7 +429,7 @@ class Capacity:
         events = [
             (end, slot.name, gpus, cpu, mem)
             for slot in slots
-            for end, gpus, cpu, mem in slot.releases
+            for end, gpus, cpu, mem in self.releases(slot)
         ]
         if not alone:  # a node held alone: what is free on it comes back at the holder's end
             for slot in slots:
@@ -406,7 +440,7 @@ class Capacity:
         events.sort()
         # for a job alone: a node is empty once its last job has ended (its last release)
         last = (
-            {s.name: max((r[0] for r in s.releases), default=-math.inf) for s in slots}
+            {s.name: max((r[0] for r in self.releases(s)), default=-math.inf) for s in slots}
             if alone
             else {}
         )
