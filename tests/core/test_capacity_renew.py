@@ -8,11 +8,12 @@ from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from cpn.core.capacity import Capacity
+from cpn.core.capacity import Capacity, GroupKey, _place
 from cpn.core.capacity_renew import Renewing
 from cpn.core.eta import project, project_range
-from cpn.core.model import Snapshot
+from cpn.core.model import Job, Snapshot
 from tests.builders import job
 from tests.core.test_eta_focus import POLICIES, random_snapshot
 from tests.core.test_properties import snapshots
@@ -129,3 +130,45 @@ def test_a_start_of_the_last_cycle_is_undone():
     renewed = renewing(replace(snap, now_s=snap.now_s + 5))
     assert renewed is capacity and renewing.renewed == 1
     assert state(renewed) == state(Capacity.from_snapshot(replace(snap, now_s=snap.now_s + 5)))
+
+
+def _earliest_by_every_instant(
+    capacity: Capacity, job: Job, key: GroupKey, now: float, from_empty: bool
+) -> tuple[float, tuple[str, ...]] | None:
+    """Capacity.earliest_fit (a job not alone, no node held alone) as it was: _place tried
+    at every instant a release comes."""
+    slots = [s for s in capacity.groups.get(key, ()) if s.usable]
+    zero = [0.0, 0.0, 0.0]
+    free = {
+        s.name: list(zero) if from_empty else [s.free_gpus, s.free_cpu, s.free_memory_gib]
+        for s in slots
+    }
+    events = sorted((r[0], s.name, *r[1:]) for s in slots for r in capacity.releases(s))
+    if not from_empty:
+        placed = _place(job, slots, {k: list(v) for k, v in free.items()})
+        if placed is not None:
+            return now, placed
+    index = 0
+    while index < len(events):
+        instant = events[index][0]
+        while index < len(events) and events[index][0] <= instant + 1e-9:
+            _, name, gpus, cpu, mem = events[index]
+            free[name] = [free[name][0] + gpus, free[name][1] + cpu, free[name][2] + mem]
+            index += 1
+        placed = _place(job, slots, {k: list(v) for k, v in free.items()})
+        if placed is not None:
+            return instant, placed
+    return None
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(), st.booleans())
+def test_earliest_fit_is_the_first_instant_place_fits(snap: Snapshot, from_empty: bool) -> None:
+    """earliest_fit skips the instants where too few workers fit on the nodes, and answers
+    what trying _place at every instant answers."""
+    capacity = Capacity.from_snapshot(snap)
+    for pending in snap.pending:
+        for key in capacity.groups:
+            expected = _earliest_by_every_instant(capacity, pending, key, snap.now_s, from_empty)
+            found = capacity.earliest_fit(pending, key, snap.now_s, from_empty=from_empty)
+            assert found == expected

@@ -459,7 +459,12 @@ class Capacity:
             rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
             return _place(job, usable, rows)
 
-        if not from_empty:
+        # Not alone: how many workers each node holds, and in all; while that is fewer than
+        # the job's workers _place cannot fit it (only what changed is counted again).
+        count = {} if alone else {s.name: _workers_on(job, free[s.name], s) for s in slots}
+        total = sum(count.values())
+        by_name = {s.name: s for s in slots} if count else {}
+        if not from_empty and (alone or total >= job.workers):
             placed = place(None)
             if placed is not None:
                 return now_s, placed
@@ -473,10 +478,32 @@ class Capacity:
                 row[1] += cpu
                 row[2] += mem
                 index += 1
+                if count:
+                    total -= count[name]
+                    count[name] = _workers_on(job, row, by_name[name])
+                    total += count[name]
+            if not alone and total < job.workers:
+                continue
             placed = place(instant)
             if placed is not None:
                 return instant, placed
         return None
+
+
+def _workers_on(job: Job, row: list[float], slot: Slot) -> int:
+    """How many of ``job``'s workers :func:`_place` could put on ``slot`` with ``row`` (its
+    free [GPUs, CPU, memory]) free, all of them at most: its test, worker after worker."""
+    need, eps = worker_gpus(job), _EPS
+    if need > eps and job.gpu_memory_gib > slot.gpu_memory_gib + eps:
+        return 0
+    gpus, cpu, memory = row
+    held = 0
+    while held < job.workers and not (
+        need > gpus + eps or job.cpu > cpu + eps or job.memory_gib > memory + eps
+    ):
+        gpus, cpu, memory = gpus - need, cpu - job.cpu, memory - job.memory_gib
+        held += 1
+    return held
 
 
 def _slot(node: Node, ready: bool, ceiling: float | None) -> Slot:
