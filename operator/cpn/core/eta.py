@@ -19,7 +19,9 @@ is still running, under the log-normal law its estimate states (median and
 runs on. One with no stated spread ends at its predicted end, or a moment from
 now once past it.
 
-Speed: see :mod:`cpn.core.eta_focus`.
+Speed: see :mod:`cpn.core.eta_focus` (which jobs a projected cycle plans over) and
+:mod:`cpn.core.capacity_renew` (one capacity carried from each projected cycle to the
+next, so a cycle does not remake every node of the fleet).
 """
 
 from __future__ import annotations
