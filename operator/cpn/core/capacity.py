@@ -197,6 +197,7 @@ class Capacity:
         self._ends: dict[int, tuple[Running, float]] = {}  # id(running job) -> its end
         self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
         self._dirty: list[Slot] = []  # slots a start or a release changed
+        self._events: dict[GroupKey, list[tuple[float, str, float, float, float]]] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -233,6 +234,18 @@ class Capacity:
         end = expected_end_s(item, self.now_s, at_least_s=0.0)
         self._ends[id(item)] = (item, end)
         return end
+
+    def _group_events(self, key: GroupKey) -> list[tuple[float, str, float, float, float]]:
+        """The releases of group ``key``'s usable nodes, each with its node's name, in
+        order; kept until a start or release in the group (read, do not change)."""
+        found = self._events.get(key)
+        if found is None:
+            found = self._events[key] = sorted(
+                (end, slot.name, gpus, cpu, mem)
+                for slot in self.usable.get(key, ())
+                for end, gpus, cpu, mem in self.releases(slot)
+            )
+        return found
 
     def releases(self, slot: Slot) -> list[Release]:
         """What the jobs on ``slot`` give back and when, in order (running jobs at their
@@ -363,6 +376,7 @@ class Capacity:
         for name in set(nodes):
             slot = self._by_name[(key[0], name)]
             self._dirty.append(slot)
+            self._events.pop(slot.key, None)
             slot.jobs += 1
             if alone:
                 slot.alone_key = job.key
@@ -394,6 +408,7 @@ class Capacity:
             slot = self._by_name.get((cluster, name))
             if slot is not None:
                 self._dirty.append(slot)
+                self._events.pop(slot.key, None)
                 slot.jobs = max(0, slot.jobs - 1)
                 if slot.alone_key == job.key:
                     slot.alone_key, slot.alone_until = "", math.inf
@@ -426,18 +441,23 @@ class Capacity:
         else:
             free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
         alone = self.alone(job)
-        events = [
-            (end, slot.name, gpus, cpu, mem)
-            for slot in slots
-            for end, gpus, cpu, mem in self.releases(slot)
-        ]
-        if not alone:  # a node held alone: what is free on it comes back at the holder's end
-            for slot in slots:
-                if slot.alone_key:
-                    gpus, cpu, mem = free[slot.name]
-                    events.append((slot.alone_until, slot.name, gpus, cpu, mem))
-                    free[slot.name] = [0.0, 0.0, 0.0]
-        events.sort()
+        if key not in self._alone_groups:  # no node held alone: the group's releases, in order
+            events = self._group_events(key)
+            if exclude:
+                events = [e for e in events if e[1] not in exclude]
+        else:
+            events = [
+                (end, slot.name, gpus, cpu, mem)
+                for slot in slots
+                for end, gpus, cpu, mem in self.releases(slot)
+            ]
+            if not alone:  # a node held alone: what is free on it comes back at its end
+                for slot in slots:
+                    if slot.alone_key:
+                        gpus, cpu, mem = free[slot.name]
+                        events.append((slot.alone_until, slot.name, gpus, cpu, mem))
+                        free[slot.name] = [0.0, 0.0, 0.0]
+            events.sort()
         # for a job alone: a node is empty once its last job has ended (its last release)
         last = (
             {s.name: max((r[0] for r in self.releases(s)), default=-math.inf) for s in slots}

@@ -124,6 +124,7 @@ class Renewing:
         capacity._unfit.clear()
         capacity._last = Capacity._NO_LAST
         capacity._ends = {}
+        capacity._events.clear()
         capacity._epoch += 1
         capacity.now_s = snapshot.now_s
         return True
