@@ -179,6 +179,9 @@ def scale(argv: Sequence[str]) -> None:
     parser.add_argument("--max-cycles", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--no-renew", action="store_true", help="make each projected cycle's capacity anew"
+    )
+    parser.add_argument(
         "--busy", type=int, default=50, help="no GPU free now on all but every BUSY-th node"
     )
     args = parser.parse_args(argv)
@@ -188,7 +191,10 @@ def scale(argv: Sequence[str]) -> None:
         "nodes": args.clusters * args.nodes,
         "max_cycles": args.max_cycles,
         "busy": args.busy,
+        "renew": not args.no_renew,
     }
+    # (a revision before the renewing capacity has no such argument)
+    renew = {"renew": False} if args.no_renew else {}
     real = cycle.plan_cycle
     instants: set[float] = set()
     calls = 0
@@ -217,7 +223,7 @@ def scale(argv: Sequence[str]) -> None:
         cycle.plan_cycle = counted  # type: ignore[assignment]
         try:
             started = time.process_time()
-            found = project(snap, max_cycles=args.max_cycles)
+            found = project(snap, max_cycles=args.max_cycles, **renew)
             cpu = time.process_time() - started
         finally:
             cycle.plan_cycle = real

@@ -47,6 +47,9 @@ class Renewing:
         self._capacity: Capacity | None = None
         self._clusters: tuple[Cluster, ...] = ()
         self._running: dict[int, Running] = {}
+        # per cluster, where each node is in its tuple (the same while renewing: a changed
+        # node keeps its name and place)
+        self._index: dict[str, dict[str, int]] = {}
         self.built = 0  # capacities made anew (for tests and benchmarks)
         self.renewed = 0  # capacities brought to the next snapshot
 
@@ -59,6 +62,7 @@ class Renewing:
             or not self._renew(capacity, snapshot, running)
         ):
             capacity = Capacity.from_snapshot(snapshot)
+            self._index = {}
             self.built += 1
         else:
             self.renewed += 1
@@ -92,15 +96,16 @@ class Renewing:
         # the slots the last cycle changed go back to their nodes' state
         dirty = {id(slot): slot for slot in capacity._dirty}
         if dirty:
-            nodes = {
-                (c.name, n.name): n
-                for c in snapshot.clusters
-                if any(s.cluster == c.name for s in dirty.values())
-                for n in c.nodes
-            }
+            clusters = {c.name: c for c in snapshot.clusters}
             for key, slot in dirty.items():
                 if key not in fresh:
-                    fresh[key] = (slot, nodes[(slot.cluster, slot.name)])
+                    cluster = clusters[slot.cluster]
+                    index = self._index.get(cluster.name)
+                    if index is None:
+                        index = self._index[cluster.name] = {
+                            n.name: i for i, n in enumerate(cluster.nodes)
+                        }
+                    fresh[key] = (slot, cluster.nodes[index[slot.name]])
         ended = [item for key, item in self._running.items() if key not in running]
         started = [item for key, item in running.items() if key not in self._running]
         for item in ended:
