@@ -194,3 +194,16 @@ def test_earliest_fit_is_the_first_instant_place_fits(snap: Snapshot, from_empty
                     until = snap.now_s + pending.submit_s + 1.0
                     capacity.take(pending, key, nodes, until_s=until)
                     break
+
+
+def test_a_job_running_alone_makes_each_capacity_anew(checked):
+    """While a job runs alone on its node the capacity is made anew for every projected
+    cycle (its node's hold ends at an instant that moves with the clock), same projection."""
+    snap = random_snapshot(7, POLICIES["first-of-model-alone"], pending=12)
+    first = replace(snap.running[0], alone=True)
+    snap = replace(snap, running=(first, *snap.running[1:]))
+    assert project(snap, max_cycles=100, focus=False) == project(
+        snap, max_cycles=100, focus=False, renew=False
+    )
+    (renewing,) = checked
+    assert renewing.built > 1 and renewing.renewed < renewing.built
