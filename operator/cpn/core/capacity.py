@@ -198,6 +198,10 @@ class Capacity:
         self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
         self._dirty: list[Slot] = []  # slots a start or a release changed
         self._events: dict[GroupKey, list[tuple[float, str, float, float, float]]] = {}
+        # per group, shape, from_empty and nodes excluded: workers per node (_counts_of)
+        self._counts: dict[
+            GroupKey, dict[tuple[Shape, bool, frozenset[str]], tuple[dict[str, int], int]]
+        ] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -246,6 +250,29 @@ class Capacity:
                 for end, gpus, cpu, mem in self.releases(slot)
             )
         return found
+
+    def _counts_of(
+        self,
+        job: Job,
+        key: GroupKey,
+        slots: list[Slot],
+        free: dict[str, list[float]],
+        from_empty: bool,
+        exclude: frozenset[str],
+    ) -> tuple[dict[str, int], int]:
+        """Per node of ``slots`` how many of ``job``'s workers it holds with ``free`` free
+        (:meth:`earliest_fit`'s rows), and in all: a copy, the caller changes it. Kept per
+        shape until a start or release in the group, unless a node of it is held alone."""
+        if key in self._alone_groups:  # (free has those nodes' rows emptied)
+            count = {s.name: _workers_on(job, free[s.name], s) for s in slots}
+            return count, sum(count.values())
+        memo = self._counts.setdefault(key, {})
+        ident = (shape(job), from_empty, exclude)
+        found = memo.get(ident)
+        if found is None:
+            count = {s.name: _workers_on(job, free[s.name], s) for s in slots}
+            found = memo[ident] = (count, sum(count.values()))
+        return dict(found[0]), found[1]
 
     def releases(self, slot: Slot) -> list[Release]:
         """What the jobs on ``slot`` give back and when, in order (running jobs at their
@@ -377,6 +404,7 @@ class Capacity:
             slot = self._by_name[(key[0], name)]
             self._dirty.append(slot)
             self._events.pop(slot.key, None)
+            self._counts.pop(slot.key, None)
             slot.jobs += 1
             if alone:
                 slot.alone_key = job.key
@@ -409,6 +437,7 @@ class Capacity:
             if slot is not None:
                 self._dirty.append(slot)
                 self._events.pop(slot.key, None)
+                self._counts.pop(slot.key, None)
                 slot.jobs = max(0, slot.jobs - 1)
                 if slot.alone_key == job.key:
                     slot.alone_key, slot.alone_until = "", math.inf
@@ -481,9 +510,9 @@ class Capacity:
 
         # Not alone: how many workers each node holds, and in all; while that is fewer than
         # the job's workers _place cannot fit it (only what changed is counted again).
-        count = {} if alone else {s.name: _workers_on(job, free[s.name], s) for s in slots}
-        total = sum(count.values())
-        by_name = {s.name: s for s in slots} if count else {}
+        count, total = (
+            ({}, 0) if alone else self._counts_of(job, key, slots, free, from_empty, exclude)
+        )
         if not from_empty and (alone or total >= job.workers):
             placed = place(None)
             if placed is not None:
@@ -500,7 +529,7 @@ class Capacity:
                 index += 1
                 if count:
                     total -= count[name]
-                    count[name] = _workers_on(job, row, by_name[name])
+                    count[name] = _workers_on(job, row, self._by_name[(key[0], name)])
                     total += count[name]
             if not alone and total < job.workers:
                 continue

@@ -130,6 +130,7 @@ class Renewing:
         capacity._last = Capacity._NO_LAST
         capacity._ends = {}
         capacity._events.clear()
+        capacity._counts.clear()
         capacity._epoch += 1
         capacity.now_s = snapshot.now_s
         return True
