@@ -62,8 +62,9 @@ class Slot:
     # the running jobs on it, once per worker (their releases are made when first read:
     # Capacity.releases); and the releases of this cycle's starts
     running: list[Running] = field(default_factory=list)
-    taken: list[Release] = field(default_factory=list)
-    sorted_releases: tuple[int, list[Release]] | None = None  # (the capacity's epoch, them)
+    taken: list[Release] | None = None  # (made at the first: fewer objects to collect)
+    sorted_releases: list[Release] | None = None  # all of them in order, made at this
+    releases_epoch: int = -1  # capacity's epoch
     jobs: int = 0  # cpn jobs on it (running, or started this cycle)
     alone_key: str = ""  # the job that runs alone on it ("" when none)
     alone_until: float = math.inf  # that job's predicted end
@@ -194,7 +195,9 @@ class Capacity:
         self._running: set[str] = set()  # jobs of the snapshot's running list
         self._last: tuple[Job | None, Shape, bool, set[GroupKey]] = self._NO_LAST
         self.now_s = 0.0  # the snapshot's instant (running jobs' ends are read at it)
-        self._ends: dict[int, tuple[Running, float]] = {}  # id(running job) -> its end
+        # id(running job) -> its end: a job on the capacity's slots (so alive, its id its
+        # own) until the capacity is renewed, when this is emptied
+        self._ends: dict[int, float] = {}
         self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
         self._dirty: list[Slot] = []  # slots a start or a release changed
         self._events: dict[GroupKey, list[tuple[float, str, float, float, float]]] = {}
@@ -233,22 +236,36 @@ class Capacity:
     def end(self, item: Running) -> float:
         """When running job ``item`` is expected to end, seen at the capacity's instant."""
         found = self._ends.get(id(item))
-        if found is not None and found[0] is item:
-            return found[1]
+        if found is not None:
+            return found
         end = expected_end_s(item, self.now_s, at_least_s=0.0)
-        self._ends[id(item)] = (item, end)
+        self._ends[id(item)] = end
         return end
 
     def _group_events(self, key: GroupKey) -> list[tuple[float, str, float, float, float]]:
         """The releases of group ``key``'s usable nodes, each with its node's name, in
         order; kept until a start or release in the group (read, do not change)."""
         found = self._events.get(key)
-        if found is None:
-            found = self._events[key] = sorted(
-                (end, slot.name, gpus, cpu, mem)
+        if found is None:  # (what releases() gives, without a list per node)
+            found = [
+                (
+                    self.end(item),
+                    slot.name,
+                    worker_gpus(item.job),
+                    item.job.cpu,
+                    item.job.memory_gib,
+                )
                 for slot in self.usable.get(key, ())
-                for end, gpus, cpu, mem in self.releases(slot)
-            )
+                for item in slot.running
+            ]
+            found += [
+                (r[0], slot.name, *r[1:])
+                for slot in self.usable.get(key, ())
+                if slot.taken
+                for r in slot.taken
+            ]
+            found.sort()
+            self._events[key] = found
         return found
 
     def _counts_of(
@@ -257,36 +274,40 @@ class Capacity:
         key: GroupKey,
         slots: list[Slot],
         free: dict[str, list[float]],
-        from_empty: bool,
-        exclude: frozenset[str],
-    ) -> tuple[dict[str, int], int]:
+        ident: tuple[Shape, bool, frozenset[str]] | None,
+        make: bool,
+    ) -> tuple[dict[str, int], int] | None:
         """Per node of ``slots`` how many of ``job``'s workers it holds with ``free`` free
         (:meth:`earliest_fit`'s rows), and in all: a copy, the caller changes it. Kept per
-        shape until a start or release in the group, unless a node of it is held alone."""
-        if key in self._alone_groups:  # (free has those nodes' rows emptied)
-            count = {s.name: _workers_on(job, free[s.name], s) for s in slots}
-            return count, sum(count.values())
-        memo = self._counts.setdefault(key, {})
-        ident = (shape(job), from_empty, exclude)
-        found = memo.get(ident)
+        ``ident`` (shape, from_empty, nodes excluded: rows as the search starts; None when
+        they changed since) until a start or release in the group, unless a node of it is
+        held alone. Without ``make``, only what is kept (None when nothing is)."""
+        keep = ident is not None and key not in self._alone_groups
+        memo = self._counts.setdefault(key, {}) if keep else {}
+        found = memo.get(ident) if ident is not None else None
         if found is None:
+            if not make:
+                return None
             count = {s.name: _workers_on(job, free[s.name], s) for s in slots}
-            found = memo[ident] = (count, sum(count.values()))
+            found = (count, sum(count.values()))
+            if ident is not None:
+                memo[ident] = found
         return dict(found[0]), found[1]
 
     def releases(self, slot: Slot) -> list[Release]:
         """What the jobs on ``slot`` give back and when, in order (running jobs at their
         expected ends, this cycle's starts at their predicted ones). Read, do not change."""
         memo = slot.sorted_releases
-        if memo is not None and memo[0] == self._epoch:
-            return memo[1]
+        if memo is not None and slot.releases_epoch == self._epoch:
+            return memo
         out = [
             (self.end(item), worker_gpus(item.job), item.job.cpu, item.job.memory_gib)
             for item in slot.running
         ]
-        out += slot.taken
+        if slot.taken:
+            out += slot.taken
         out.sort()
-        slot.sorted_releases = (self._epoch, out)
+        slot.sorted_releases, slot.releases_epoch = out, self._epoch
         return out
 
     def groups_for(self, domain: str) -> list[tuple[GroupKey, str]]:
@@ -421,6 +442,8 @@ class Capacity:
                     self._open.pop(key, None)
                     self._stale[key] = 0
             if until_s is not None:
+                if slot.taken is None:
+                    slot.taken = []
                 slot.taken.append((until_s, need, job.cpu, job.memory_gib))
                 slot.sorted_releases = None
 
@@ -508,15 +531,18 @@ class Capacity:
             rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
             return _place(job, usable, rows)
 
-        # Not alone: how many workers each node holds, and in all; while that is fewer than
-        # the job's workers _place cannot fit it (only what changed is counted again).
-        count, total = (
-            ({}, 0) if alone else self._counts_of(job, key, slots, free, from_empty, exclude)
-        )
-        if not from_empty and (alone or total >= job.workers):
+        # Not alone, once a try failed: how many workers each node holds, and in all; while
+        # that is fewer than the job's workers _place cannot fit it (what changed is counted
+        # again). A failed try leaves the rows as they were.
+        ident = (shape(job), from_empty, exclude)
+        counted = None if alone else self._counts_of(job, key, slots, free, ident, False)
+        if not from_empty and (counted is None or counted[1] >= job.workers):
             placed = place(None)
             if placed is not None:
                 return now_s, placed
+            if not alone and counted is None:
+                counted = self._counts_of(job, key, slots, free, ident, True)
+        count, total = counted if counted is not None else ({}, 0)
         index = 0
         while index < len(events):
             instant = events[index][0]
@@ -527,15 +553,18 @@ class Capacity:
                 row[1] += cpu
                 row[2] += mem
                 index += 1
-                if count:
+                if counted is not None:
                     total -= count[name]
                     count[name] = _workers_on(job, row, self._by_name[(key[0], name)])
                     total += count[name]
-            if not alone and total < job.workers:
+            if counted is not None and total < job.workers:
                 continue
             placed = place(instant)
             if placed is not None:
                 return instant, placed
+            if not alone and counted is None:
+                counted = self._counts_of(job, key, slots, free, None, True)
+                count, total = counted if counted is not None else ({}, 0)
         return None
 
 

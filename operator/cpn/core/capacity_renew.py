@@ -117,7 +117,7 @@ class Renewing:
             slot.free_cpu = node.free_cpu
             slot.free_memory_gib = node.free_memory_gib
         for slot in dirty.values():
-            slot.taken.clear()
+            slot.taken = None
             slot.alone_key, slot.alone_until = "", math.inf
             slot.jobs = len({id(item) for item in slot.running})
         capacity._dirty = []
