@@ -29,8 +29,9 @@ _EPS = 1e-9
 #: (:mod:`cpn.core.domains`): a domain's nodes form groups of their own
 GroupKey = tuple[str, ...]
 
-#: What a job gives back on a node, and when: (instant, GPUs, CPU, memory)
+#: What a job gives back on a node, and when: (instant, GPUs, CPU, memory); with the node
 Release = tuple[float, float, float, float]
+Event = tuple[float, str, float, float, float]  # (instant, node, GPUs, CPU, memory)
 
 
 def group_key(cluster: str, gpu_type: str, domain: str = "") -> GroupKey:
@@ -59,10 +60,8 @@ class Slot:
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
     domain: str = ""
-    # the running jobs on it, once per worker (their releases are made when first read:
-    # Capacity.releases); and the releases of this cycle's starts
-    running: list[Running] = field(default_factory=list)
-    taken: list[Release] | None = None  # (made at the first: fewer objects to collect)
+    running: list[Running] = field(default_factory=list)  # once per worker (releases())
+    taken: list[Release] | None = None  # releases of this cycle's starts (None: none yet)
     sorted_releases: list[Release] | None = None  # all of them in order, made at this
     releases_epoch: int = -1  # capacity's epoch
     jobs: int = 0  # cpn jobs on it (running, or started this cycle)
@@ -96,6 +95,7 @@ def worker_gpus(job: Job) -> float:
 
 
 Shape = tuple[float, int, float, float, float]
+CountKey = tuple[Shape, bool, frozenset[str]]  # shape, from_empty, nodes excluded
 
 
 def shape(job: Job) -> Shape:
@@ -200,11 +200,8 @@ class Capacity:
         self._ends: dict[int, float] = {}
         self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
         self._dirty: list[Slot] = []  # slots a start or a release changed
-        self._events: dict[GroupKey, list[tuple[float, str, float, float, float]]] = {}
-        # per group, shape, from_empty and nodes excluded: workers per node (_counts_of)
-        self._counts: dict[
-            GroupKey, dict[tuple[Shape, bool, frozenset[str]], tuple[dict[str, int], int]]
-        ] = {}
+        self._events: dict[GroupKey, list[Event]] = {}  # (_group_events)
+        self._counts: dict[GroupKey, dict[CountKey, tuple[dict[str, int], int]]] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -242,7 +239,7 @@ class Capacity:
         self._ends[id(item)] = end
         return end
 
-    def _group_events(self, key: GroupKey) -> list[tuple[float, str, float, float, float]]:
+    def _group_events(self, key: GroupKey) -> list[Event]:
         """The releases of group ``key``'s usable nodes, each with its node's name, in
         order; kept until a start or release in the group (read, do not change)."""
         found = self._events.get(key)
@@ -274,14 +271,12 @@ class Capacity:
         key: GroupKey,
         slots: list[Slot],
         free: dict[str, list[float]],
-        ident: tuple[Shape, bool, frozenset[str]] | None,
+        ident: CountKey | None,
         make: bool,
     ) -> tuple[dict[str, int], int] | None:
-        """Per node of ``slots`` how many of ``job``'s workers it holds with ``free`` free
-        (:meth:`earliest_fit`'s rows), and in all: a copy, the caller changes it. Kept per
-        ``ident`` (shape, from_empty, nodes excluded: rows as the search starts; None when
-        they changed since) until a start or release in the group, unless a node of it is
-        held alone. Without ``make``, only what is kept (None when nothing is)."""
+        """How many of ``job``'s workers each node holds with ``free`` free, and in all (a
+        copy); kept per ``ident`` (shape, from_empty, excluded: the rows a search starts
+        from) until a start or release in the group. Without ``make``: only if kept."""
         keep = ident is not None and key not in self._alone_groups
         memo = self._counts.setdefault(key, {}) if keep else {}
         found = memo.get(ident) if ident is not None else None
@@ -531,9 +526,8 @@ class Capacity:
             rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
             return _place(job, usable, rows)
 
-        # Not alone, once a try failed: how many workers each node holds, and in all; while
-        # that is fewer than the job's workers _place cannot fit it (what changed is counted
-        # again). A failed try leaves the rows as they were.
+        # Not alone, once a try failed (leaving the rows as they were): workers per node and
+        # in all; fewer than the job's, _place cannot fit it (changes are counted again).
         ident = (shape(job), from_empty, exclude)
         counted = None if alone else self._counts_of(job, key, slots, free, ident, False)
         if not from_empty and (counted is None or counted[1] >= job.workers):
