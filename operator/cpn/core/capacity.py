@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from cpn.core.alone import runs_alone
 from cpn.core.domains import job_domain
-from cpn.core.model import Job, Node, Snapshot
+from cpn.core.model import Job, Node, Running, Snapshot
 from cpn.core.policy import QueuePolicy
 from cpn.core.runtime_law import expected_end_s
 
@@ -28,6 +28,10 @@ _EPS = 1e-9
 #: (cluster, GPU type), and the domain after them when the nodes are in one
 #: (:mod:`cpn.core.domains`): a domain's nodes form groups of their own
 GroupKey = tuple[str, ...]
+
+#: What a job gives back on a node, and when: (instant, GPUs, CPU, memory); with the node
+Release = tuple[float, float, float, float]
+Event = tuple[float, str, float, float, float]  # (instant, node, GPUs, CPU, memory)
 
 
 def group_key(cluster: str, gpu_type: str, domain: str = "") -> GroupKey:
@@ -56,7 +60,10 @@ class Slot:
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
     domain: str = ""
-    releases: list[tuple[float, float, float, float]] = field(default_factory=list)
+    running: list[Running] = field(default_factory=list)  # once per worker (releases())
+    taken: list[Release] | None = None  # releases of this cycle's starts (None: none yet)
+    sorted_releases: list[Release] | None = None  # all of them in order, made at this
+    releases_epoch: int = -1  # capacity's epoch
     jobs: int = 0  # cpn jobs on it (running, or started this cycle)
     alone_key: str = ""  # the job that runs alone on it ("" when none)
     alone_until: float = math.inf  # that job's predicted end
@@ -88,6 +95,7 @@ def worker_gpus(job: Job) -> float:
 
 
 Shape = tuple[float, int, float, float, float]
+CountKey = tuple[Shape, bool, frozenset[str]]  # shape, from_empty, nodes excluded
 
 
 def shape(job: Job) -> Shape:
@@ -186,6 +194,14 @@ class Capacity:
         self._alone: set[str] = set()  # jobs that hold their nodes alone
         self._running: set[str] = set()  # jobs of the snapshot's running list
         self._last: tuple[Job | None, Shape, bool, set[GroupKey]] = self._NO_LAST
+        self.now_s = 0.0  # the snapshot's instant (running jobs' ends are read at it)
+        # id(running job) -> its end: a job on the capacity's slots (so alive, its id its
+        # own) until the capacity is renewed, when this is emptied
+        self._ends: dict[int, float] = {}
+        self._epoch = 0  # one more each time the capacity is renewed (capacity_renew.py)
+        self._dirty: list[Slot] = []  # slots a start or a release changed
+        self._events: dict[GroupKey, list[Event]] = {}  # (_group_events)
+        self._counts: dict[GroupKey, dict[CountKey, tuple[dict[str, int], int]]] = {}
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -196,26 +212,98 @@ class Capacity:
             for node in cluster.nodes:
                 slots.append(_slot(node, cluster.ready, ceiling))
         capacity = cls(slots, snapshot.policy)
+        capacity.now_s = snapshot.now_s
         for item in snapshot.running:
-            end = expected_end_s(item, snapshot.now_s, at_least_s=0.0)
             capacity._running.add(item.job.key)
             if item.alone:
                 capacity._alone.add(item.job.key)
             for name in item.nodes:
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:
-                    job = item.job
-                    slot.releases.append((end, worker_gpus(job), job.cpu, job.memory_gib))
+                    slot.running.append(item)
             for name in set(item.nodes):
                 slot = capacity._by_name.get((item.cluster, name))
                 if slot is not None:
                     slot.jobs += 1
                     if item.alone:
-                        slot.alone_key, slot.alone_until = item.job.key, end
+                        slot.alone_key, slot.alone_until = item.job.key, capacity.end(item)
                         capacity._alone_groups.add(slot.key)
-        for slot in capacity._by_name.values():
-            slot.releases.sort()
         return capacity
+
+    def end(self, item: Running) -> float:
+        """When running job ``item`` is expected to end, seen at the capacity's instant."""
+        found = self._ends.get(id(item))
+        if found is not None:
+            return found
+        end = expected_end_s(item, self.now_s, at_least_s=0.0)
+        self._ends[id(item)] = end
+        return end
+
+    def _group_events(self, key: GroupKey) -> list[Event]:
+        """The releases of group ``key``'s usable nodes, each with its node's name, in
+        order; kept until a start or release in the group (read, do not change)."""
+        found = self._events.get(key)
+        if found is None:  # (what releases() gives, without a list per node)
+            found = [
+                (
+                    self.end(item),
+                    slot.name,
+                    worker_gpus(item.job),
+                    item.job.cpu,
+                    item.job.memory_gib,
+                )
+                for slot in self.usable.get(key, ())
+                for item in slot.running
+            ]
+            found += [
+                (r[0], slot.name, *r[1:])
+                for slot in self.usable.get(key, ())
+                if slot.taken
+                for r in slot.taken
+            ]
+            found.sort()
+            self._events[key] = found
+        return found
+
+    def _counts_of(
+        self,
+        job: Job,
+        key: GroupKey,
+        slots: list[Slot],
+        free: dict[str, list[float]],
+        ident: CountKey | None,
+        make: bool,
+    ) -> tuple[dict[str, int], int] | None:
+        """How many of ``job``'s workers each node holds with ``free`` free, and in all (a
+        copy); kept per ``ident`` (shape, from_empty, excluded: the rows a search starts
+        from) until a start or release in the group. Without ``make``: only if kept."""
+        keep = ident is not None and key not in self._alone_groups
+        memo = self._counts.setdefault(key, {}) if keep else {}
+        found = memo.get(ident) if ident is not None else None
+        if found is None:
+            if not make:
+                return None
+            count = {s.name: _workers_on(job, free[s.name], s) for s in slots}
+            found = (count, sum(count.values()))
+            if ident is not None:
+                memo[ident] = found
+        return dict(found[0]), found[1]
+
+    def releases(self, slot: Slot) -> list[Release]:
+        """What the jobs on ``slot`` give back and when, in order (running jobs at their
+        expected ends, this cycle's starts at their predicted ones). Read, do not change."""
+        memo = slot.sorted_releases
+        if memo is not None and slot.releases_epoch == self._epoch:
+            return memo
+        out = [
+            (self.end(item), worker_gpus(item.job), item.job.cpu, item.job.memory_gib)
+            for item in slot.running
+        ]
+        if slot.taken:
+            out += slot.taken
+        out.sort()
+        slot.sorted_releases, slot.releases_epoch = out, self._epoch
+        return out
 
     def groups_for(self, domain: str) -> list[tuple[GroupKey, str]]:
         """The groups of ``domain``'s nodes, each with its GPU type: the only ones a job
@@ -330,6 +418,9 @@ class Capacity:
             self._alone_groups.add(key)
         for name in set(nodes):
             slot = self._by_name[(key[0], name)]
+            self._dirty.append(slot)
+            self._events.pop(slot.key, None)
+            self._counts.pop(slot.key, None)
             slot.jobs += 1
             if alone:
                 slot.alone_key = job.key
@@ -346,8 +437,10 @@ class Capacity:
                     self._open.pop(key, None)
                     self._stale[key] = 0
             if until_s is not None:
-                slot.releases.append((until_s, need, job.cpu, job.memory_gib))
-                slot.releases.sort()
+                if slot.taken is None:
+                    slot.taken = []
+                slot.taken.append((until_s, need, job.cpu, job.memory_gib))
+                slot.sorted_releases = None
 
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
@@ -360,6 +453,9 @@ class Capacity:
         for name in set(nodes):
             slot = self._by_name.get((cluster, name))
             if slot is not None:
+                self._dirty.append(slot)
+                self._events.pop(slot.key, None)
+                self._counts.pop(slot.key, None)
                 slot.jobs = max(0, slot.jobs - 1)
                 if slot.alone_key == job.key:
                     slot.alone_key, slot.alone_until = "", math.inf
@@ -392,21 +488,26 @@ class Capacity:
         else:
             free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
         alone = self.alone(job)
-        events = [
-            (end, slot.name, gpus, cpu, mem)
-            for slot in slots
-            for end, gpus, cpu, mem in slot.releases
-        ]
-        if not alone:  # a node held alone: what is free on it comes back at the holder's end
-            for slot in slots:
-                if slot.alone_key:
-                    gpus, cpu, mem = free[slot.name]
-                    events.append((slot.alone_until, slot.name, gpus, cpu, mem))
-                    free[slot.name] = [0.0, 0.0, 0.0]
-        events.sort()
+        if key not in self._alone_groups:  # no node held alone: the group's releases, in order
+            events = self._group_events(key)
+            if exclude:
+                events = [e for e in events if e[1] not in exclude]
+        else:
+            events = [
+                (end, slot.name, gpus, cpu, mem)
+                for slot in slots
+                for end, gpus, cpu, mem in self.releases(slot)
+            ]
+            if not alone:  # a node held alone: what is free on it comes back at its end
+                for slot in slots:
+                    if slot.alone_key:
+                        gpus, cpu, mem = free[slot.name]
+                        events.append((slot.alone_until, slot.name, gpus, cpu, mem))
+                        free[slot.name] = [0.0, 0.0, 0.0]
+            events.sort()
         # for a job alone: a node is empty once its last job has ended (its last release)
         last = (
-            {s.name: max((r[0] for r in s.releases), default=-math.inf) for s in slots}
+            {s.name: max((r[0] for r in self.releases(s)), default=-math.inf) for s in slots}
             if alone
             else {}
         )
@@ -425,10 +526,17 @@ class Capacity:
             rows = free if job.workers <= 1 else {k: list(v) for k, v in free.items()}
             return _place(job, usable, rows)
 
-        if not from_empty:
+        # Not alone, once a try failed (leaving the rows as they were): workers per node and
+        # in all; fewer than the job's, _place cannot fit it (changes are counted again).
+        ident = (shape(job), from_empty, exclude)
+        counted = None if alone else self._counts_of(job, key, slots, free, ident, False)
+        if not from_empty and (counted is None or counted[1] >= job.workers):
             placed = place(None)
             if placed is not None:
                 return now_s, placed
+            if not alone and counted is None:
+                counted = self._counts_of(job, key, slots, free, ident, True)
+        count, total = counted if counted is not None else ({}, 0)
         index = 0
         while index < len(events):
             instant = events[index][0]
@@ -439,10 +547,35 @@ class Capacity:
                 row[1] += cpu
                 row[2] += mem
                 index += 1
+                if counted is not None:
+                    total -= count[name]
+                    count[name] = _workers_on(job, row, self._by_name[(key[0], name)])
+                    total += count[name]
+            if counted is not None and total < job.workers:
+                continue
             placed = place(instant)
             if placed is not None:
                 return instant, placed
+            if not alone and counted is None:
+                counted = self._counts_of(job, key, slots, free, None, True)
+                count, total = counted if counted is not None else ({}, 0)
         return None
+
+
+def _workers_on(job: Job, row: list[float], slot: Slot) -> int:
+    """How many of ``job``'s workers :func:`_place` could put on ``slot`` with ``row`` (its
+    free [GPUs, CPU, memory]) free, all of them at most: its test, worker after worker."""
+    need, eps = worker_gpus(job), _EPS
+    if need > eps and job.gpu_memory_gib > slot.gpu_memory_gib + eps:
+        return 0
+    gpus, cpu, memory = row
+    held = 0
+    while held < job.workers and not (
+        need > gpus + eps or job.cpu > cpu + eps or job.memory_gib > memory + eps
+    ):
+        gpus, cpu, memory = gpus - need, cpu - job.cpu, memory - job.memory_gib
+        held += 1
+    return held
 
 
 def _slot(node: Node, ready: bool, ceiling: float | None) -> Slot:

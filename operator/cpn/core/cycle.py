@@ -79,19 +79,24 @@ def _candidates_memo(
     return found
 
 
-def plan_cycle(snapshot: Snapshot) -> CyclePlan:
-    """Decide what starts, what is preempted and why everything else waits."""
-    return _Cycle(snapshot).run()
+def plan_cycle(snapshot: Snapshot, *, capacity: Capacity | None = None) -> CyclePlan:
+    """Decide what starts, what is preempted and why everything else waits.
+
+    ``capacity``: the snapshot's, made by the caller (it must be in the state
+    ``Capacity.from_snapshot(snapshot)`` makes; the cycle changes it), or None to make it
+    here (the ETA projection passes one it renews: :mod:`cpn.core.capacity_renew`).
+    """
+    return _Cycle(snapshot, capacity).run()
 
 
 class _Cycle:
     """State of one cycle. Private: use :func:`plan_cycle`."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, capacity: Capacity | None = None) -> None:
         self.snapshot = snapshot
         self.policy: QueuePolicy = snapshot.policy
         self.now = snapshot.now_s
-        self.capacity = Capacity.from_snapshot(snapshot)
+        self.capacity = Capacity.from_snapshot(snapshot) if capacity is None else capacity
         self.quota = QuotaLedger(self.policy, snapshot.running)
         self.fair = standing(snapshot)
         self.starts: list[Start] = []

@@ -19,18 +19,21 @@ is still running, under the log-normal law its estimate states (median and
 runs on. One with no stated spread ends at its predicted end, or a moment from
 now once past it.
 
-Speed: see :mod:`cpn.core.eta_focus`.
+Speed: see :mod:`cpn.core.eta_focus` (which jobs a projected cycle plans over) and
+:mod:`cpn.core.capacity_renew` (one capacity carried from each projected cycle to the
+next, so a cycle does not remake every node of the fleet).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from cpn.core.capacity import worker_gpus
+from cpn.core.capacity import Capacity, worker_gpus
 from cpn.core.eta_focus import Focus
-from cpn.core.model import CyclePlan, Job, Running, Snapshot
+from cpn.core.model import CyclePlan, Job, Node, Running, Snapshot
 from cpn.core.runtime_law import (
     expected_end_s,
     mean_level,
@@ -84,9 +87,14 @@ def _without_metrics(snapshot: Snapshot) -> Snapshot:
     )
 
 
-def _free_nodes(snapshot: Snapshot, delta: Delta) -> Snapshot:
+Made = dict[tuple[str, str], tuple[tuple[float, float, float], Node]]
+
+
+def _free_nodes(snapshot: Snapshot, delta: Delta, made: Made | None = None) -> Snapshot:
     """The snapshot's clusters with ``delta`` applied: only the nodes it names are made
-    anew (ten thousand nodes, a few hundred projected cycles)."""
+    anew (ten thousand nodes, a few hundred projected cycles). ``made`` keeps each node
+    made with its change: a node whose change is the same as last time is that same
+    object (a renewed capacity passes over nodes that are the same object)."""
     touched: dict[str, dict[str, tuple[float, float, float]]] = {}
     for (cluster, name), change in delta.items():
         touched.setdefault(cluster, {})[name] = change
@@ -97,19 +105,36 @@ def _free_nodes(snapshot: Snapshot, delta: Delta) -> Snapshot:
         changes = touched.get(c.name)
         if changes:
             nodes = tuple(
-                n
-                if n.name not in changes
-                else replace(
-                    n,
-                    free_gpus=n.free_gpus + changes[n.name][0],
-                    free_cpu=n.free_cpu + changes[n.name][1],
-                    free_memory_gib=n.free_memory_gib + changes[n.name][2],
-                )
-                for n in c.nodes
+                n if n.name not in changes else _changed(n, changes[n.name], made) for n in c.nodes
             )
             c = replace(c, nodes=nodes)
         clusters.append(c)
     return replace(snapshot, clusters=tuple(clusters))
+
+
+def _changed(node: Node, change: tuple[float, float, float], made: Made | None) -> Node:
+    """``node`` with ``change`` added to its free resources (the one made before for the
+    same change, if ``made`` holds it)."""
+    key = (node.cluster, node.name)
+    found = made.get(key) if made is not None else None
+    if found is not None and found[0] == change:
+        return found[1]
+    out = replace(
+        node,
+        free_gpus=node.free_gpus + change[0],
+        free_cpu=node.free_cpu + change[1],
+        free_memory_gib=node.free_memory_gib + change[2],
+    )
+    if made is not None:
+        made[key] = (change, out)
+    return out
+
+
+def _plan_with(capacity_of: Callable[[Snapshot], Capacity], snapshot: Snapshot) -> CyclePlan:
+    """:func:`~cpn.core.cycle.plan_cycle` on the capacity ``capacity_of`` gives."""
+    from cpn.core.cycle import plan_cycle
+
+    return plan_cycle(snapshot, capacity=capacity_of(snapshot))
 
 
 def _sigma(job: Job, gpu_type: str) -> float:
@@ -132,6 +157,7 @@ def project(
     focus: bool = True,
     arrivals: Sequence[Job] = (),
     runtime_q: float | None = None,
+    renew: bool = True,
 ) -> dict[str, Projection]:
     """Start and end of each pending job if predictions hold; jobs not reached are absent.
 
@@ -148,7 +174,12 @@ def project(
     quantile of its runtime law instead of its median (running jobs: given their age,
     :func:`~cpn.core.runtime_law.quantile_end_s`); the queue's order and placement read
     the same estimates as without it (see :func:`project_range`).
+    ``renew`` (with :func:`plan_cycle` as the planner) carries one capacity from each
+    projected cycle to the next, changing only what changed
+    (:class:`~cpn.core.capacity_renew.Renewing`); ``renew=False`` makes it anew each
+    time, with the same result.
     """
+    from cpn.core.capacity_renew import Renewing
     from cpn.core.cycle import plan_cycle
     from cpn.core.queue import STRICT_ORDERINGS
 
@@ -167,21 +198,27 @@ def project(
             for r in snapshot.running
         ]
     delta: Delta = {}
+    made: Made = {}
     state = replace(_without_metrics(snapshot), policy=policy, pending=tuple(pending.values()))
     future = sorted(
         (j for j in arrivals if not j.suspended and j.key not in pending),
         key=lambda j: (j.submit_s, j.key),
     )
     focused = None
-    if (
+    use_focus = (
         focus
         and runtime_q is None  # the focus's proofs compare median runtimes
         and run is plan_cycle
         and policy.placement.method == "greedy"
         and policy.ordering not in STRICT_ORDERINGS
         and pending
-    ):
-        focused = Focus(state, (*state.pending, *future))
+    )
+    capacity_of: Callable[[Snapshot], Capacity] = Capacity.from_snapshot
+    if renew and run is plan_cycle:
+        capacity_of = Renewing()
+        run = partial(_plan_with, capacity_of)
+    if use_focus:
+        focused = Focus(state, (*state.pending, *future), capacity_of)
         for j in future:
             focused.started(j.key)  # not in the queue until it arrives
     out: dict[str, Projection] = {}
@@ -199,10 +236,10 @@ def project(
             break
         if focused is None:
             current = replace(state, now_s=now, pending=tuple(pending.values()))
-            result = run(_free_nodes(replace(current, running=tuple(running)), delta))
+            result = run(_free_nodes(replace(current, running=tuple(running)), delta, made))
         else:
             base = replace(state, now_s=now, pending=(), running=tuple(running))
-            result = focused.plan(run, _free_nodes(base, delta))
+            result = focused.plan(run, _free_nodes(base, delta, made))
         for start in result.starts:
             job = pending.pop(start.job_key)
             if focused is not None:

@@ -55,17 +55,24 @@ class Focus:
     soonest in each group. Strict orderings do not use a focus.
     """
 
-    def __init__(self, state: Snapshot, jobs: Sequence[Job]) -> None:
+    def __init__(
+        self,
+        state: Snapshot,
+        jobs: Sequence[Job],
+        capacity_of: Callable[[Snapshot], Capacity] = Capacity.from_snapshot,
+    ) -> None:
         from cpn.core.candidates import candidates
         from cpn.core.fairshare import LOWEST, lowest_level, standing
         from cpn.core.queue import effective_priority, factor_columns, level_of
 
         policy = state.policy
         self.policy = policy
+        # a projected cycle's capacity (it may be one object renewed: used before the next)
+        self.capacity_of = capacity_of
         self.jobs = list(jobs)
         n = len(self.jobs)
         self.index = {job.key: i for i, job in enumerate(self.jobs)}
-        capacity = Capacity.from_snapshot(state)
+        capacity = capacity_of(state)
         gpu_types = capacity.gpu_types()
         self.columns: dict[str, _Vector] = {
             k: np.array(v, dtype=np.float64)
@@ -227,7 +234,7 @@ class Focus:
         ]
         position = np.full(len(self.jobs), -1, dtype=np.int64)
         position[order] = np.arange(len(order))
-        capacity = Capacity.from_snapshot(base)
+        capacity = self.capacity_of(base)
         present = np.unique(self.class_of[order])
         fit_now = self._fits(capacity, present)
         holders = np.zeros(len(self.jobs), dtype=bool)
@@ -345,7 +352,7 @@ class Focus:
         """True when no job outside the focus could have started in the whole cycle."""
         if not outside.any():
             return True
-        left = Capacity.from_snapshot(base)
+        left = self.capacity_of(base)
         last_start = -1
         for start in plan.starts:
             i = self.index[start.job_key]
