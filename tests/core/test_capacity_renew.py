@@ -89,9 +89,8 @@ def test_renewed_capacity_is_the_one_made_anew(name, method, checked):
             snap, max_cycles=150, focus=False, renew=False
         )
     renewed, built = sum(r.renewed for r in checked), sum(r.built for r in checked)
-    assert renewed > 0
     if not POLICIES[name].placement.first_of_model_alone:  # (jobs alone: made anew)
-        assert renewed > built
+        assert renewed > built > 0
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
