@@ -119,7 +119,7 @@ def render_live(view: Mapping[str, Any]) -> str:
     if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("eta"):
         lines.append(f"  start: {view['eta']}{likely(view.get('estimatedStartRange'))}")
     if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("fifoDue"):
-        # docs/policy.md: past it the job drains when the policy has reservation.drain_fifo
+        # docs/policy.md: under reservation.drain_fifo the job drains by this budget (fifo_share)
         lines.append(f"  FIFO due: {view['fifoDue']} (strict FIFO's estimated start)")
     elif view.get("eta"):
         lines.append(f"  finish: {view['eta']}")
