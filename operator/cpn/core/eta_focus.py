@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape
+from cpn.core.fifodue import ran_s
 from cpn.core.model import CyclePlan, Job, Snapshot, WaitReason
 
 #: Jobs at the head of the queue a focused cycle starts from (x4 each time that is not enough).
@@ -85,10 +86,8 @@ class Focus:
             [inf if j.fifo_due_s is None else j.fifo_due_s for j in self.jobs], dtype=np.float64
         )
         self.gpus = np.array([j.gpus for j in self.jobs], dtype=np.float64)
-        self.ran = np.array(  # Reservations.waited: time run in earlier attempts
-            [j.attained_gpu_s / j.gpus if j.gpus > 0 else 0.0 for j in self.jobs],
-            dtype=np.float64,
-        )
+        # Reservations.waited: time run in earlier attempts
+        self.ran = np.array([ran_s(j) for j in self.jobs], dtype=np.float64)
         self.level = np.array(
             [
                 level_of(j, policy.levels, effective_priority(j, policy)) if policy.levels else 0

@@ -72,14 +72,18 @@ def fifo_due(job: Job, now_s: float) -> bool:
     return job.fifo_due_s is not None and now_s >= job.fifo_due_s
 
 
+def ran_s(job: Job) -> float:
+    """Seconds ``job`` ran in earlier attempts (its attained GPU-seconds per GPU)."""
+    return job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
+
+
 def fifo_budget_s(job: Job) -> float | None:
     """How long FIFO would have let ``job`` wait: its due time less its submit time and
     less what it ran (a preemption moves the due time by what the job ran); None when
     it has no due time."""
     if job.fifo_due_s is None:
         return None
-    ran = job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
-    return job.fifo_due_s - job.submit_s - ran
+    return job.fifo_due_s - job.submit_s - ran_s(job)
 
 
 def widest_fifo_wait(jobs: Iterable[Job]) -> float:

@@ -22,7 +22,7 @@ from functools import cached_property
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey, Shape, shape
-from cpn.core.fifodue import fifo_due, widest_fifo_wait
+from cpn.core.fifodue import fifo_due, ran_s, widest_fifo_wait
 from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
@@ -313,8 +313,7 @@ class Reservations:
     def waited(self, job: Job) -> float:
         """Time ``job`` has spent waiting: since it was submitted, less what it ran before
         (a preempted job's running time is not waiting; nor is a running job's)."""
-        ran = job.attained_gpu_s / job.gpus if job.gpus > 0 else 0.0
-        return self.now - job.submit_s - ran
+        return self.now - job.submit_s - ran_s(job)
 
     def reserves(self, job: Job) -> bool:
         """True if ``job``, when blocked, may hold a reservation: it is big, has waited
@@ -337,15 +336,12 @@ class Reservations:
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
         own FIFO due time)."""
         res_policy = self.policy.reservation
-        if res_policy.drain_fifo:
+        waited = self.waited(job)
+        if res_policy.drain_fifo and job.fifo_due_s is not None:
             share = res_policy.fifo_share
-            stamped = job.fifo_due_s is not None
-            if stamped and share > 0 and self.waited(job) >= share * self._widest_fifo_wait:
-                return True
-            if share <= 0 and fifo_due(job, self.now):
+            if waited >= share * self._widest_fifo_wait if share > 0 else fifo_due(job, self.now):
                 return True
         after = res_policy.drain_after_s
-        waited = self.waited(job)
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
