@@ -169,7 +169,9 @@ def test_big_job_gets_reservation_and_short_job_backfills():
         job("short", gpus=2, submitted_s=1, runtime_s=500),
     ]
     plan = plan_cycle(snapshot(jobs=jobs, clusters=[c], running_jobs=[r], policy=policy))
-    assert hold_of(plan, "big").reserved_start_s == 1000
+    big = hold_of(plan, "big")
+    assert big.reserved_start_s == 1000
+    assert big.reserved_end_s == 1000 + 3600  # its predicted runtime there, no transfer
     assert [s.job_key for s in plan.starts] == ["short"]
 
 

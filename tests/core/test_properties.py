@@ -250,6 +250,10 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot) -> None:
         if hold.reserved_start_s is not None:
             j = jobs[hold.job_key]
             assert _earliest_start(snap, after, j) <= hold.reserved_start_s + 1e-6
+            # and it finishes there after its transfer and predicted runtime on that group
+            lasts = [c.transfer_s + c.runtime_s for c in candidates(j, after, snap)]
+            assert hold.reserved_end_s is not None
+            assert any(abs(hold.reserved_end_s - hold.reserved_start_s - d) < 1e-6 for d in lasts)
 
 
 @PROPERTY

@@ -77,3 +77,29 @@ def test_a_start_on_a_member_not_connected_leaves_the_record_queued():
         state.write_pool.shutdown(wait=True)
     assert (record.phase, record.attempts, record.member_job) == (k.PHASE_QUEUED, 0, "")
     assert state.inflight == {}
+
+
+def test_a_reserved_hold_shows_its_start_and_finish_before_any_projection():
+    """A job held by a reservation shows the reservation's start and finish at once (the
+    background projection replaces them later): never a start without its finish."""
+    from cpn.core.model import Hold, WaitReason
+    from cpn.runtime.status import render_status
+
+    dispatching, state, record = dispatcher(OperatorConfig())
+    hold = Hold(
+        job_key="ns/a",
+        reason=WaitReason.Capacity,
+        message="reserved",
+        position=1,
+        reserved_start_s=1000.0,
+        reserved_end_s=4600.0,
+    )
+    try:
+        asyncio.run(dispatching.apply(CyclePlan(holds=(hold,)), snapshot()))
+    finally:
+        state.pool.shutdown(wait=True)
+        state.write_pool.shutdown(wait=True)
+    assert (record.eta_start_s, record.eta_finish_s) == (1000.0, 4600.0)
+    status, _ = render_status(record, now_s=100.0)
+    assert status["estimatedStart"] == "1970-01-01T00:16:40Z"
+    assert status["estimatedFinish"] == "1970-01-01T01:16:40Z"

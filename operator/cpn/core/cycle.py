@@ -62,7 +62,7 @@ from cpn.core.queue import (
     order_jobs,
 )
 from cpn.core.quota import QuotaLedger
-from cpn.core.reservations import Reservations, held_nodes
+from cpn.core.reservations import Reservations, Reserved, held_nodes
 from cpn.core.transfer import staging
 
 #: Waiting for a faster GPU type must save at least this share of completion time.
@@ -148,7 +148,7 @@ class _Cycle:
         message: str,
         ranked: Ranked | None = None,
         position: int = 0,
-        reserved_start_s: float | None = None,
+        reserved: Reserved | None = None,
     ) -> None:
         self.walked.add(job.key)
         if ranked is not None and ranked.level == lowest_level(self.policy):
@@ -161,7 +161,8 @@ class _Cycle:
                 position=position,
                 score=ranked.score if ranked else 0.0,
                 level=ranked.level_name if ranked else "",
-                reserved_start_s=reserved_start_s,
+                reserved_start_s=reserved.start_s if reserved else None,
+                reserved_end_s=reserved.end_s if reserved else None,
             )
         )
 
@@ -356,7 +357,7 @@ class _Cycle:
                 reasons.reserved(held.key, held.start_s, self.now),
                 item,
                 position,
-                reserved_start_s=held.start_s,
+                reserved=held,
             )
             self.kept_out.append((item, cands))
             return False

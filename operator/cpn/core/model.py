@@ -275,6 +275,7 @@ class Hold:
     score: float = 0.0
     level: str = ""
     reserved_start_s: float | None = None  # when a reservation holds room for it
+    reserved_end_s: float | None = None  # when it would finish in that room
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,12 +31,14 @@ from cpn.core.quota import QuotaLedger
 
 @dataclass(frozen=True, slots=True)
 class Reserved:
-    """Room held for a blocked job from ``start_s`` on ``nodes`` of ``key``."""
+    """Room held for a blocked job from ``start_s`` on ``nodes`` of ``key``; it would
+    finish there at ``end_s`` (start, transfer and predicted runtime on that group)."""
 
     job: Job
     key: GroupKey
     nodes: frozenset[str]
     start_s: float
+    end_s: float
 
     @property
     def job_key(self) -> str:
@@ -111,10 +113,12 @@ class Reservations:
         # Only a reservation due now moves (its room is held past a predicted end, and so
         # may any room it could move to); one due later keeps its nodes, so no later
         # cycle finds them taken until after its start.
+        lasts = {res.key: res.end_s - res.start_s}
         for cand in self.cands_of(job) if res.start_s <= self.now else ():
             if not self.quota.exceeds(job, cand.key[1]):
                 taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
                 options.append((cand.key, taken))
+                lasts.setdefault(cand.key, cand.transfer_s + cand.runtime_s)
         for index, (key, exclude) in enumerate(options):
             if free_now:
                 nodes = self.capacity.fit(job, key, exclude)
@@ -124,7 +128,13 @@ class Reservations:
             if found is not None and found[0] <= res.start_s + 1e-9:
                 if index == 0:
                     return res
-                return Reserved(job=job, key=key, nodes=frozenset(found[1]), start_s=found[0])
+                return Reserved(
+                    job=job,
+                    key=key,
+                    nodes=frozenset(found[1]),
+                    start_s=found[0],
+                    end_s=found[0] + lasts[key],
+                )
         return None
 
     def fit_beside(
@@ -235,6 +245,7 @@ class Reservations:
                 key=cand.key,
                 nodes=frozenset(nodes),
                 start_s=when,
+                end_s=done,
             )
             # Room a job past its predicted end still holds frees "now" only on paper: it
             # comes after any other room (a job that can start now reserves where it can,
@@ -381,4 +392,5 @@ class Reservations:
             hold,
             message=reasons.reserved(res.key, res.start_s, self.now),
             reserved_start_s=res.start_s,
+            reserved_end_s=res.end_s,
         )

@@ -122,7 +122,9 @@ class Dispatching:
             if hold.reason == WaitReason.Backoff and record.failure:
                 record.message += f" ({record.failure})"
             if hold.reserved_start_s is not None and record.eta_start_s is None:
+                # until the next projection: the reservation's start and finish, together
                 record.eta_start_s = hold.reserved_start_s
+                record.eta_finish_s = hold.reserved_end_s
             if previous != record.reason and hold.reason in {
                 WaitReason.Infeasible,
                 WaitReason.Quota,
