@@ -113,7 +113,9 @@ def siblings(a: Any, b: Any) -> bool:
     ``gpus_per_worker``, ``workers`` and ``submit_s``) are siblings: same submitter, model
     and GPU count, submitted within :data:`SIBLING_S` of each other."""
     return (
-        sibling_of(a) == sibling_of(b) and abs(float(a.submit_s) - float(b.submit_s)) <= SIBLING_S
+        bool(a.user or a.group)
+        and sibling_of(a) == sibling_of(b)
+        and abs(float(a.submit_s) - float(b.submit_s)) <= SIBLING_S
     )
 
 
@@ -194,6 +196,8 @@ class RuntimeHistory:
     ) -> list[float]:
         """Log-runtimes of finished siblings: same submitter, model and GPU count,
         submitted within ``sibling_s`` of ``submit_s``."""
+        if not (user or group):  # no submitter known: no siblings
+            return []
         recent = self._recent.get(sibling_key(model, user, group, gpus), ())
         near = self.sibling_s
         return sorted(v for s, v in recent if abs(s - submit_s) <= near)

@@ -86,3 +86,26 @@ def test_siblings_are_the_same_submitter_and_size():
     h.add("", "", "vision", 4, 20.0, submit_s=0.0)
     law = h.law("", "", "vision", 1, submit_s=30.0)
     assert law is not None and law.key == "group+gpus" and law.median_s > 1000.0
+
+
+def test_jobs_of_no_known_submitter_have_no_siblings():
+    """With neither user nor group, nothing says two jobs came from one submitter: a 20 s job
+    submitted a minute before is no sibling, and the law stays the GPU count's."""
+    from types import SimpleNamespace
+
+    from predictor.runtimes import siblings
+
+    h = RuntimeHistory()
+    for i in range(10):
+        h.add("", "", "", 1, 3600.0, submit_s=-100_000.0 + 1000.0 * i)
+    h.add("", "", "", 1, 20.0, submit_s=0.0)
+    law = h.law("", "", "", 1, submit_s=60.0)
+    assert law is not None and law.key != "siblings" and law.median_s > 1000.0
+
+    def anon(submit_s: float, group: str = "") -> SimpleNamespace:
+        return SimpleNamespace(
+            model="", user="", group=group, gpus_per_worker=1, workers=1, submit_s=submit_s
+        )
+
+    assert not siblings(anon(0.0), anon(60.0))
+    assert siblings(anon(0.0, "vision"), anon(60.0, "vision"))
