@@ -102,24 +102,27 @@ def _quantile(values: list[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-def sibling_key(model: str, user: str, group: str, gpus: float) -> Key:
+def sibling_key(model: str, user: str, group: str, gpus: float) -> Key | None:
     """Jobs that are siblings when submitted close together: same submitter (the user,
-    else the group), model and GPU count."""
-    return ("s", user or group, model, f"{gpus:g}")
+    else the group), model and GPU count. None with no submitter: nothing says who
+    submitted such a job, so it has no siblings."""
+    submitter = user or group
+    return ("s", submitter, model, f"{gpus:g}") if submitter else None
 
 
 def siblings(a: Any, b: Any) -> bool:
     """True if jobs ``a`` and ``b`` (anything with ``model``, ``user``, ``group``,
     ``gpus_per_worker``, ``workers`` and ``submit_s``) are siblings: same submitter, model
     and GPU count, submitted within :data:`SIBLING_S` of each other."""
+    key = sibling_of(a)
     return (
-        bool(a.user or a.group)
-        and sibling_of(a) == sibling_of(b)
+        key is not None
+        and key == sibling_of(b)
         and abs(float(a.submit_s) - float(b.submit_s)) <= SIBLING_S
     )
 
 
-def sibling_of(job: Any) -> Key:
+def sibling_of(job: Any) -> Key | None:
     return sibling_key(job.model, job.user, job.group, total_gpus(job))
 
 
@@ -179,11 +182,9 @@ class RuntimeHistory:
         if not (runtime_s > 0 and math.isfinite(runtime_s)):
             return
         value = math.log(runtime_s)
-        if submit_s is not None and math.isfinite(submit_s):
-            recent = self._recent.setdefault(
-                sibling_key(model, user, group, gpus), deque(maxlen=self.window)
-            )
-            recent.append((submit_s, value))
+        sibling = sibling_key(model, user, group, gpus)
+        if sibling is not None and submit_s is not None and math.isfinite(submit_s):
+            self._recent.setdefault(sibling, deque(maxlen=self.window)).append((submit_s, value))
         for _, key in keys_of(model, user, group, gpus):
             found = self._keys.get(key)
             if found is None:
@@ -196,9 +197,8 @@ class RuntimeHistory:
     ) -> list[float]:
         """Log-runtimes of finished siblings: same submitter, model and GPU count,
         submitted within ``sibling_s`` of ``submit_s``."""
-        if not (user or group):  # no submitter known: no siblings
-            return []
-        recent = self._recent.get(sibling_key(model, user, group, gpus), ())
+        sibling = sibling_key(model, user, group, gpus)
+        recent = self._recent.get(sibling, ()) if sibling is not None else ()
         near = self.sibling_s
         return sorted(v for s, v in recent if abs(s - submit_s) <= near)
 

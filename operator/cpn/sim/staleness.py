@@ -25,8 +25,10 @@ def _bucket(job: Job) -> int:
     return math.floor(job.submit_s / SIBLING_S)
 
 
-def _siblings(job: Job, bucket: int) -> tuple[str, ...]:
-    return (*sibling_of(job), str(bucket))
+def _siblings(job: Job, bucket: int) -> tuple[str, ...] | None:
+    """The staleness key of ``job``'s siblings submitted in ``bucket``; None if it has none."""
+    key = sibling_of(job)
+    return None if key is None else (*key, str(bucket))
 
 
 class Staleness:
@@ -56,7 +58,8 @@ class Staleness:
             self._by[("u", job.user)] = self._learned
         bucket = _bucket(job)
         for near in (bucket - 1, bucket, bucket + 1):  # its siblings (predictor.runtimes)
-            self._by[_siblings(job, near)] = self._learned
+            if (siblings := _siblings(job, near)) is not None:
+                self._by[siblings] = self._learned
         version = self._estimator.knowledge_version()
         if version != self._version:  # it retrained: every estimate may change
             self._version = version
@@ -81,7 +84,7 @@ class Staleness:
                 stamp < every
                 or stamp < by.get(("m", job.model), -1)
                 or bool(job.user and stamp < by.get(("u", job.user), -1))
-                or stamp < by.get(_siblings(job, _bucket(job)), -1)
+                or stamp < by.get(_siblings(job, _bucket(job)) or (), -1)
             )
 
         return [job for job in jobs if is_stale(job)]
