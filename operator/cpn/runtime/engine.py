@@ -2,8 +2,9 @@
 collaborators that do it wired together (:class:`Runtime`).
 
 Everything here runs on the asyncio loop's thread, except the pure
-``plan_cycle`` (in a worker thread, off kopf's loop) and blocking API calls
-(in a thread pool). Member informers call back from their own threads and hop
+``plan_cycle`` (in a worker thread, off kopf's loop), the ETA projection (in a
+worker process: :mod:`cpn.runtime.projector`) and blocking API calls (in a
+thread pool). Member informers call back from their own threads and hop
 onto the loop with ``call_soon_threadsafe``.
 
 Order of a dispatch, chosen so that a crash at any point loses and duplicates
@@ -215,3 +216,4 @@ class Runtime:
                 informer.stop()
         state.pool.shutdown(wait=False, cancel_futures=True)
         state.write_pool.shutdown(wait=False, cancel_futures=True)
+        self.scheduler.projector.close()

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from cpn.api import constants as k
 from cpn.core.check import check_plan
 from cpn.core.cycle import plan_cycle
-from cpn.core.eta import project_range
 from cpn.core.explain import Choice, Frees, choices, first_to_free
 from cpn.core.model import CyclePlan, Snapshot, WaitReason
 from cpn.runtime.benchmarks import Benchmarking
@@ -27,6 +26,7 @@ from cpn.runtime.following import Following
 from cpn.runtime.hubwatch import HubWatch
 from cpn.runtime.hubwrites import HubWrites
 from cpn.runtime.membership import Membership
+from cpn.runtime.projector import Projector
 from cpn.runtime.state import WRITE_WORKERS, RuntimeState
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class Loop:
         self.last_snapshot: Snapshot | None = None
         self._metrics_task: asyncio.Task[None] | None = None
         self._eta_task: asyncio.Task[None] | None = None
+        self.projector = Projector()
         self._eta_at = 0.0
         self._eta_wall_s = 0.0  # how long the last ETA projection took
         self._cycle_wall_s = 0.0  # how long the last cycle took on the loop and in plan_cycle
@@ -239,7 +240,7 @@ class Loop:
         if not snapshot.pending:
             return
         started = self.state.clock.monotonic()
-        projection = await asyncio.to_thread(project_range, snapshot)
+        projection = await self.projector.project(snapshot)  # in its own process
         self._eta_wall_s = self.state.clock.monotonic() - started
         records = self.state.store.pending()
         jobs = {r.key: r.job for r in records if r.job is not None}
