@@ -80,11 +80,12 @@ class Staleness:
 
         def is_stale(job: Job) -> bool:
             stamp = stamps[job.key]
+            siblings = _siblings(job, _bucket(job))
             return (
                 stamp < every
                 or stamp < by.get(("m", job.model), -1)
                 or bool(job.user and stamp < by.get(("u", job.user), -1))
-                or stamp < by.get(_siblings(job, _bucket(job)) or (), -1)
+                or (siblings is not None and stamp < by.get(siblings, -1))
             )
 
         return [job for job in jobs if is_stale(job)]
