@@ -20,7 +20,7 @@ from cpn.runtime.engine import Runtime
 from cpn.runtime.hubwatch import HubWatch
 from tests.runtime.fakes import FakeClock, FakeHub, FakeLeadership, FakeMember
 from tests.runtime.test_alone_status import ModelEstimator, with_model
-from tests.runtime.test_store import FixedEstimator, body
+from tests.runtime.test_store import FixedEstimator, body, succeeded
 
 
 def test_an_aijob_event_goes_api_store_lifecycle_following_and_nowhere_back():
@@ -141,13 +141,7 @@ def test_finished_aijobs_listed_at_start_are_recalled_once_not_observed():
     estimator = Remembering()
     runtime = on_fakes(estimator)
     try:
-        done = body("a", "uid-a")
-        done["status"] = {
-            "phase": k.PHASE_SUCCEEDED,
-            "cluster": "m1",
-            "gpuType": "A100-80GB",
-            "actualRuntimeSeconds": 1200.0,
-        }
+        done = succeeded("a", "uid-a")
         runtime.hub_watch._aijobs_listed([done, body("b", "uid-b")])
         runtime.hub_watch._aijobs_listed([done, body("b", "uid-b")])
         assert estimator.ways == [("recall", "A100-80GB", 1200.0)]
@@ -173,3 +167,31 @@ def test_with_check_plans_a_cycle_logs_each_rule_its_plan_breaks(monkeypatch, ca
         runtime.write_pool.shutdown(wait=True)
     checks = [r.getMessage() for r in caplog.records if "plan check:" in r.getMessage()]
     assert checks and all("ns/ghost" in line for line in checks)
+
+
+def test_a_paged_list_deletes_only_when_whole_and_learns_each_finished_once():
+    """Pages of a re-list are taken as they come; an AIJob missing from the list goes only
+    once the list is whole (it may be on a later page), and a list begun again (its first
+    page) forgets the keys of the one that broke off."""
+    estimator = Remembering()
+    runtime = on_fakes(estimator)
+    watch = runtime.hub_watch
+    try:
+        done = succeeded("a", "uid-a")
+        watch._aijobs_listed([body("b", "uid-b"), body("c", "uid-c"), done])
+        assert len(runtime.store.records) == 3
+        # A list that breaks off after one page, then one begun again: b, then a and c.
+        watch._aijobs_page([body("b", "uid-b")], first=True)
+        watch._aijobs_page([body("b", "uid-b")], first=True)
+        assert len(runtime.store.records) == 3  # nothing deleted before the list is whole
+        watch._aijobs_page([done, body("c", "uid-c")], first=False)
+        watch._aijobs_end()
+        assert len(runtime.store.records) == 3
+        watch._aijobs_page([body("b", "uid-b")], first=True)
+        watch._aijobs_page([done], first=False)
+        watch._aijobs_end()  # c was deleted meanwhile
+        assert sorted(runtime.store.records) == ["ns/a", "ns/b"]
+        assert estimator.ways == [("recall", "A100-80GB", 1200.0)]
+    finally:
+        runtime.pool.shutdown(wait=True)
+        runtime.write_pool.shutdown(wait=True)

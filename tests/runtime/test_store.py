@@ -57,6 +57,19 @@ def test_records_are_found_by_uid_and_a_recreated_name_replaces_the_old_uid():
     assert store.by_uid("uid-2") is None and store.records == {}
 
 
+def succeeded(name: str, uid: str, **status: Any) -> dict[str, Any]:
+    """An AIJob that Succeeded, as the operator leaves it: 1,200 s on an A100."""
+    done = body(name, uid)
+    done["status"] = {
+        "phase": k.PHASE_SUCCEEDED,
+        "cluster": "m1",
+        "gpuType": "A100-80GB",
+        "actualRuntimeSeconds": 1200.0,
+        **status,
+    }
+    return done
+
+
 class LearningEstimator(Estimator):
     """Unseen (conservative 600 s) until it has retrained (a new ``knowledge_version``),
     then 60 s."""
@@ -196,3 +209,28 @@ def test_the_store_reads_no_aijob_itself() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert "cpn.api.aijob" not in imported
+
+
+def test_a_finished_aijob_read_back_is_not_estimated_again_and_keeps_its_predictions():
+    """After a restart a Succeeded AIJob's status shows the runtimes predicted while it ran
+    (the estimator now says otherwise): it is not estimated again, so its rendered status
+    writes nothing back about them."""
+    estimator = LearningEstimator()
+    estimator.version = 1  # now 60 s everywhere
+    store = Store(QueuePolicy(), estimator)
+    store.set_gpu_types(["A100-80GB", "V100-32GB"])
+    shown = {"A100-80GB": 900.0}
+    high = {"A100-80GB": 1800.0}
+    done = succeeded("a", "uid-1", predictedRuntimeSeconds=shown, predictedRuntimeHighSeconds=high)
+    calls = estimator.calls
+    record = upsert(store, done, user="u", group="g")
+    assert estimator.calls == calls and record.job is not None
+    status, _ = render_status(record, 5000.0)
+    assert status["predictedRuntimeSeconds"] == shown
+    assert status["predictedRuntimeHighSeconds"] == high
+    waiting = upsert(store, body("b", "uid-2"), user="u", group="g")
+    assert estimator.calls == calls + 1
+    assert render_status(waiting, 5000.0)[0]["predictedRuntimeSeconds"] == {
+        "A100-80GB": 60.0,
+        "V100-32GB": 60.0,
+    }

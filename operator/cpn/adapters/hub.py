@@ -44,15 +44,17 @@ class KubeHub:
         return Informer("hub/namespaces", self.api, self.core.list_namespace, on_event).start()
 
     def watch_aijobs(self, on_event: WatchFn) -> Informer:
-        return self._watch_cpn(k.AIJOB_PLURAL, on_event)
+        """Every AIJob, listed page by page (100,000 of them take tens of seconds to list)."""
+        return self._watch_cpn(k.AIJOB_PLURAL, on_event, paged=True)
 
-    def _watch_cpn(self, plural: str, on_event: WatchFn) -> Informer:
+    def _watch_cpn(self, plural: str, on_event: WatchFn, *, paged: bool = False) -> Informer:
         """Every object of one of cpn's kinds, in every namespace."""
         return Informer(
             f"hub/{plural}",
             self.api,
             self.custom.list_cluster_custom_object,
             on_event,
+            paged=paged,
             group=k.GROUP,
             version=k.VERSION,
             plural=plural,

@@ -47,7 +47,8 @@ WATCH_SILENCE_SLACK_S = 10
 #: Seconds to connect (TCP and TLS) when a watch starts.
 CONNECT_S = 10
 
-#: (event type: "LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict or None)
+#: (event type: "PAGE"|"LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object as dict
+#: or None)
 EventFn = Callable[[str, Mapping[str, Any] | None], None]
 
 
@@ -133,6 +134,10 @@ class Informer:
     ``list_fn`` is a client list method (e.g. ``CoreV1Api.list_node``) and
     ``kwargs`` its arguments (label selectors, namespace...). Objects are
     passed as the API server's JSON (dicts), never as client models.
+
+    ``paged``: a (re-)list is passed on page by page as it comes (``PAGE`` events,
+    :data:`cpn.runtime.ports.WatchFn`), so the receiver takes one page while the server
+    serves the next, then ``LIST`` with no items and ``paged`` set; otherwise as one ``LIST``.
     """
 
     def __init__(
@@ -144,9 +149,11 @@ class Informer:
         *,
         timeout_s: int = WATCH_TIMEOUT_S,
         silence_s: float | None = None,
+        paged: bool = False,
         **kwargs: Any,
     ) -> None:
         self.name = name
+        self._paged = paged
         self._api = api
         self._list = list_fn
         self._on_event = on_event
@@ -203,6 +210,7 @@ class Informer:
         """List in pages (one answer of 10,000 objects is a transient 100 MB of dicts)."""
         items: list[Any] = []
         token = None
+        first = True
         while True:
             response = self._list(
                 **self._kwargs,
@@ -213,11 +221,16 @@ class Informer:
             )
             result = json.loads(response.data)
             del response
-            items.extend(_slim(item) for item in result.get("items") or [])
+            page = [_slim(item) for item in result.get("items") or []]
             token = (result.get("metadata") or {}).get("continue")
+            if self._paged:
+                self._on_event("PAGE", {"items": page, "first": first})
+                first = False
+            else:
+                items.extend(page)
             if not token:
                 break
-        self._on_event("LIST", {"items": items})
+        self._on_event("LIST", {"items": items, "paged": self._paged})
         self.healthy = True
         self.last_ok = time.monotonic()
         self.last_error = ""

@@ -234,13 +234,15 @@ class HubWrites:
     async def write_all(self) -> None:
         """Write every AIJob whose status changed in substance; changes only to position,
         score, ETA or the wait message are written at most every :meth:`volatile_period_s`
-        per AIJob (with thousands waiting they change for all of them every cycle)."""
+        per AIJob (with thousands waiting they change for all of them every cycle), and
+        never for a finished one."""
         now = self.state.clock.monotonic()
         period = self.volatile_period_s()
+        # A finished job's status changes only with its signature: no paced rewrite.
         due = [
             r
             for r in list(self.state.store.records.values())
-            if r.written_sig != _signature(r) or now - r.written_at >= period
+            if r.written_sig != _signature(r) or (not r.finished and now - r.written_at >= period)
         ]
         for record in due:
             self.state.write_soon(record)

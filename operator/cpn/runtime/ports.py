@@ -19,6 +19,8 @@ from cpn.core.model import Cluster
 from cpn.core.policy import Domain
 
 #: A watch's events: ("LIST"|"ADDED"|"MODIFIED"|"DELETED"|"SYNCED"|"ERROR", object or None).
+#: A paged watch passes a list on as it comes: "PAGE" events ({"items", "first"}: the first
+#: page of a list), then "LIST" with {"items": [], "paged": True}.
 WatchFn = Callable[[str, Mapping[str, Any] | None], None]
 #: A member's watch events: (member, kind "nodes"|"pods"|"jobs", event, object or None).
 MemberWatchFn = Callable[[str, str, str, Mapping[str, Any] | None], None]

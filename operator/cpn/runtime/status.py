@@ -42,7 +42,11 @@ def render_status(
     hold = record.hold if record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} else None
     gpus = job.gpus if job else None
     predicted = dict(job.estimate.runtime_s) if job else {}
-    best = record.predicted_runtime_s or (job.estimate.best_s() if job and predicted else 0)
+    high = dict(job.estimate.high_s) if job else {}
+    if record.finished:  # what was predicted stays as shown while it ran (not estimated again)
+        predicted = dict(record.written.get("predictedRuntimeSeconds") or predicted)
+        high = dict(record.written.get("predictedRuntimeHighSeconds") or high)
+    best = record.predicted_runtime_s or (min(predicted.values()) if predicted else 0)
     prev = record.written.get("conditions") or []
     gen = record.generation
     waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
@@ -88,10 +92,8 @@ def render_status(
     status["staging"] = staging_status(record)
     if not waiting:
         status.update(usage_status(record.gpu_usage))
-    if job and job.estimate.high_s:
-        status["predictedRuntimeHighSeconds"] = {
-            t: round(v, 1) for t, v in sorted(job.estimate.high_s.items())
-        }
+    if high:
+        status["predictedRuntimeHighSeconds"] = {t: round(v, 1) for t, v in sorted(high.items())}
     eta_finish = record.eta_finish_s if waiting else None
     if record.phase in {k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING}:
         began = record.start_s or record.dispatch_s

@@ -222,8 +222,10 @@ class Store:
         record.invalid = ""
         if record.phase == k.PHASE_INVALID:
             record.phase = k.PHASE_QUEUED
-        job = replace(job, user=user, group=group)
-        record.job = self.attach_estimate(replace(job, attained_gpu_s=record.attained_s * job.gpus))
+        job = replace(job, user=user, group=group, attained_gpu_s=record.attained_s * job.gpus)
+        # A finished job's predictions stay as its status showed them when it ended
+        # (:func:`cpn.runtime.status.render_status`): it is not estimated again.
+        record.job = job if record.finished else self.attach_estimate(job)
         record.unknown_queue = self.unknown_queue(job)
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -475,7 +477,7 @@ def _restored(aijob: AIJobObject) -> Record:
         name=aijob.name,
         uid=aijob.uid,
         generation=-1,
-        body=Packed(aijob.body),
+        body={},  # taken with its job (a new generation): Store.put
         user="",
         group="",
         phase=saved.phase or k.PHASE_QUEUED,
