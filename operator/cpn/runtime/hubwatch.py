@@ -94,9 +94,6 @@ class HubWatch:
                 assert record.job is not None
                 record.job = self.state.store.attach_estimate(record.job)
             log.info("learned from %d finished AIJobs on the hub", count)
-        # What a list took in lives as long as its AIJobs: out of the collector's full
-        # passes from now on (with 100,000 AIJobs each pass would walk all of it again).
-        gc.freeze()
 
     def _learn_finished(self, records: list[Record]) -> int:
         """Feed the estimator each Succeeded AIJob of ``records`` it has not seen (once per
@@ -307,7 +304,8 @@ class HubWatch:
 def _no_collection() -> Iterator[None]:
     """No cyclic garbage collection inside: taking a page of AIJobs makes thousands of
     objects that all live on, and each collection they trigger walks every object
-    already there (one hub of 100,000 AIJobs took a third longer to list with it on)."""
+    already there (one hub of 100,000 AIJobs took a third longer to list with it on). After
+    the first cycle they leave the collector's reach (:func:`cpn.runtime.loop.freeze_heap`)."""
     was = gc.isenabled()
     gc.disable()
     try:
