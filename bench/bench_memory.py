@@ -12,7 +12,9 @@ snapshot, plan, dispatch, status writes, under kicks).
 their status written as the operator writes a finished job's), which the operator lists
 and learns from at start: issue 22's hub of 100,000 AIJobs is ``--n 10000 --finished
 90000``. ``--restart`` then stops the operator and starts a new one, and reports the time
-from its start to its first cycle holding every waiting AIJob, and its peak RSS.
+from its start to its first cycle holding every waiting AIJob, and its peak RSS, beside
+the time the hub takes to serve the same paged list to a client that only reads it (the
+floor: the operator takes each page while the hub serves the next).
 
     CPN_TESTBED_DIR=... CPN_TESTBED_PORT_BASE=... python bench/bench_memory.py [--n 10000]
         [--finished 90000 --restart]
@@ -45,7 +47,7 @@ from benchbed import (
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.adapters.kube import client_from_kubeconfig
+from cpn.adapters.kube import LIST_PAGE, client_from_kubeconfig
 from cpn.api.status import rfc3339
 from cpn.cli.devbed import bootstrap_testbed
 
@@ -163,6 +165,10 @@ def main() -> int:
             "plan_cycle_max_s": round(max(walls), 3) if walls else None,
             "pending_last": cycles[-1].get("pending") if cycles else None,
             "whole_cycle_mean_s": round(args.steady_s / count, 3) if count else None,
+            "status_writes": int(
+                metrics_after.get("cpn_status_writes_total", 0)
+                - metrics_before.get("cpn_status_writes_total", 0)
+            ),
         }
         whole = [k for k in metrics_after if k.startswith("cpn_cycle_total_seconds")]
         if whole:
@@ -178,6 +184,7 @@ def main() -> int:
             spy.wait()
         if args.restart:
             op.stop()
+            list_alone_s = hub_list_s(custom)
             started = time.monotonic()
             op = second = Operator(tb, folder / "operator-2.log")
             wait_until(
@@ -185,6 +192,8 @@ def main() -> int:
             )
             out["restart"] = {
                 "to_first_full_cycle_s": round(time.monotonic() - started, 1),
+                # the same paged list of every AIJob with nothing else running: the floor
+                "hub_list_alone_s": round(list_alone_s, 3),
                 "peak_rss_mib": round(second.rss_mib()[1], 1),
             }
     finally:
@@ -194,6 +203,25 @@ def main() -> int:
     out["machine"] = machine()
     print(json.dumps(out))
     return 0
+
+
+def hub_list_s(custom: Any) -> float:
+    """Seconds to list every AIJob of the hub in the operator's pages, bodies not parsed."""
+    started = time.monotonic()
+    token = None
+    while True:
+        response = custom.list_cluster_custom_object(
+            "cpn.io",
+            "v1alpha1",
+            "aijobs",
+            limit=LIST_PAGE,
+            _continue=token,
+            _preload_content=False,
+            _request_timeout=120,
+        )
+        token = json.loads(response.data)["metadata"].get("continue")
+        if not token:
+            return time.monotonic() - started
 
 
 def finished_status(i: int, members: Sequence[str]) -> dict[str, Any]:

@@ -99,3 +99,4 @@ def test_bench_json(hub: Hub, script: str, args: tuple[str, ...], key: str) -> N
     if script == "bench_memory.py":  # the finished ones are not counted as waiting
         assert doc["aijobs"]["pending"] + doc["aijobs"]["running"] == 4
         assert doc["restart"]["to_first_full_cycle_s"] > 0
+        assert doc["restart"]["hub_list_alone_s"] > 0
