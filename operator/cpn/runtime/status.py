@@ -25,7 +25,7 @@ from cpn.core import reasons
 from cpn.core.explain import CandidateView, Choice
 from cpn.core.policy import DEFAULT_QUEUE
 from cpn.runtime.gpuusage import usage_status
-from cpn.runtime.store import Record, preemption_status
+from cpn.runtime.store import Record, preemption_status, unpack
 
 #: The reason and message of a queued job no cycle has ranked yet.
 PENDING = "Pending"
@@ -41,13 +41,14 @@ def render_status(
     job = record.job
     hold = record.hold if record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} else None
     gpus = job.gpus if job else None
+    written = unpack(record.written)  # (packed: decoded once here)
     predicted = dict(job.estimate.runtime_s) if job else {}
     high = dict(job.estimate.high_s) if job else {}
     if record.finished:  # what was predicted stays as shown while it ran (not estimated again)
-        predicted = dict(record.written.get("predictedRuntimeSeconds") or predicted)
-        high = dict(record.written.get("predictedRuntimeHighSeconds") or high)
+        predicted = dict(written.get("predictedRuntimeSeconds") or predicted)
+        high = dict(written.get("predictedRuntimeHighSeconds") or high)
     best = record.predicted_runtime_s or (min(predicted.values()) if predicted else 0)
-    prev = record.written.get("conditions") or []
+    prev = written.get("conditions") or []
     gen = record.generation
     waiting = record.phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED}
     # queued but not yet seen by a cycle (just submitted, or the first cycle is still due)
