@@ -136,4 +136,4 @@ def test_over_seeds_takes_the_worst_seed():
     assert "median avg JCT / median p99 wait / worst max wait" in text
     row = next(line for line in text.splitlines() if line.startswith("| vc1 "))
     assert "| 0.02 / 0.01 / 0.02 |" in row  # default, hours: 66 s median JCT, p99 50 s, worst 55 s
-    assert row.endswith("| 75% worst, 85% median | NO (2 of 3 seeds) | yes |")
+    assert row.endswith("| 75% worst, 85% median | NO (held on 2 of 3 seeds) | yes |")

@@ -189,7 +189,7 @@ def markdown(results: dict[str, dict[float, dict[str, Any]]], policies: Sequence
             cells.append("n/a" if rec is None else f"{rec:.0%}{mark}")
             wait_ok = "yes" if check["max_wait_ok"] else "NO"
             if "seeds" in check and not check["max_wait_ok"]:
-                wait_ok += f" ({check['max_wait_ok_seeds']} of {check['seeds']} seeds)"
+                wait_ok += f" (held on {check['max_wait_ok_seeds']} of {check['seeds']} seeds)"
             cells.append(wait_ok)
             cells.append("yes" if check["all_finished"] else "NO")
             out.append("| " + " | ".join(cells) + " |")
