@@ -103,7 +103,7 @@ def test_a_job_never_drains_before_its_due_time(due_s, now_s, submitted_s, drain
     j = job("a", submitted_s=min(submitted_s, now_s), fifo_due_s=due_s)
     snap = snapshot(jobs=[j], clusters=[cluster("m", nodes("m", 1))], now_s=now_s, policy=policy)
     res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
-    assert res._draining(j) == (drain_fifo and due_s is not None and now_s >= due_s)
+    assert res.draining(j) == (drain_fifo and due_s is not None and now_s >= due_s)
 
 
 def test_draining_by_wait_still_works_with_drain_fifo():
@@ -114,7 +114,7 @@ def test_draining_by_wait_still_works_with_drain_fifo():
     j = replace(job("a", submitted_s=0), fifo_due_s=None)
     snap = snapshot(jobs=[j], clusters=[cluster("m", nodes("m", 1))], now_s=500, policy=policy)
     res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
-    assert res._draining(j)
+    assert res.draining(j)
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "checkpoint_interval_s": number(0.0, MAX_DURATION_S, above=True),
     "min_run_s": number(0.0, MAX_DURATION_S),
     "shorter_by": number(1.0, 1e6),
+    "for_overdue": boolean,
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

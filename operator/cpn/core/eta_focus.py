@@ -202,7 +202,7 @@ class Focus:
         order = np.flatnonzero(eligible)
         if len(order) <= max(HEAD, MIN_FOCUS):
             return self._whole(run, base, alive)
-        # Draining jobs (Reservations._draining: waited drain_after_s and drain_ratio x the
+        # Draining jobs (Reservations.draining: waited drain_after_s and drain_ratio x the
         # mean wait of the whole queue) claim room: they join the focus, whose own mean must
         # agree on them.
         after = res.drain_after_s
@@ -216,7 +216,7 @@ class Focus:
         due = np.zeros_like(old)
         widest = None
         if res.enabled and res.drain_fifo and res.fifo_share > 0:
-            # Reservations._draining: waited a share of the widest FIFO budget of the
+            # Reservations.draining: waited a share of the widest FIFO budget of the
             # queue; the focus holds the job with that budget, so its plans agree
             budget = np.where(np.isinf(self.due), 0.0, self.due - self.submit - self.ran)
             widest = alive[np.argmax(budget[alive])]
@@ -386,6 +386,6 @@ class Focus:
 
 
 def mean_wait(jobs: Sequence[Job], rows: npt.NDArray[np.int64], now_s: float) -> float:
-    """The mean wait Reservations._draining reads, over ``jobs[rows]`` summed in that order."""
+    """The mean wait Reservations.draining reads, over ``jobs[rows]`` summed in that order."""
     total: float = sum(max(0.0, now_s - jobs[i].submit_s) for i in rows)
     return total / len(rows)

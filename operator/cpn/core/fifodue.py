@@ -11,7 +11,7 @@ Jobs first seen in the same cycle are taken in submit order, each adding its own
 work for the next. A pending job's estimated runtime is the median of its per-GPU-type
 predictions, else the user's estimate, else 0. The due time is stamped once
 (``Job.fifo_due_s``) and never recomputed; with ``reservation.drain_fifo`` a job past
-it drains (:meth:`cpn.core.reservations.Reservations._draining`). The simulator and
+it drains (:meth:`cpn.core.reservations.Reservations.draining`). The simulator and
 the operator both stamp through :func:`due_times`.
 
 The due time is a wait budget: FIFO would have let the job wait until then, then run it

@@ -213,6 +213,10 @@ class Preemption:
     remaining runtime is at most ``1 / shorter_by`` of the victim's (the doubling
     thresholds of discretised LAS): two long jobs whose estimates keep growing as they
     outlive them would otherwise swap places over and over, each swap wasting a restart.
+
+    With ``for_overdue`` the head of the overdue queue, once its wait budget is spent,
+    may stop checkpointing jobs in the group it reserved whatever their ranks
+    (:func:`cpn.core.preemption.choose_preemptions`; bound and figures in docs/policy.md).
     """
 
     enabled: bool = True
@@ -221,6 +225,7 @@ class Preemption:
     checkpoint_interval_s: float = 1800.0
     min_run_s: float = 600.0
     shorter_by: float = 2.0
+    for_overdue: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

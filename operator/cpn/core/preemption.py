@@ -8,6 +8,9 @@ A job that checkpoints every ``interval`` seconds of compute keeps, when stopped
 (:func:`preemption_cost_gpu_s`). The cycle preempts only when the waiting job ranks
 above its victim by more than this cost (:func:`choose_preemptions`),
 and the simulator charges exactly this, so both agree on what a preemption wastes.
+With ``preemption.for_overdue`` the head of the overdue queue, once its wait budget is
+spent, stops checkpointing jobs in the group it reserved whatever their ranks
+(:func:`_overdue_head`, :func:`_cheapest_nodes_first`).
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ def choose_preemptions(
     """
     policy = snapshot.policy
     blocked = [r for r in ranked[: policy.placement.window] if r.job.key not in started]
+    head = _overdue_head(ranked, started, reservations) if policy.preemption.for_overdue else None
+    if head is not None:
+        blocked = [head, *(r for r in blocked if r.job.key != head.job.key)]
     if not blocked or not snapshot.running:
         return ()
     now = snapshot.now_s
@@ -88,16 +94,16 @@ def choose_preemptions(
     }
     # A victim that would hold a reservation once requeued (big, long-waiting or
     # draining, its FIFO due time moved as a preemption moves it) would claim its room
-    # straight back: never preempted.
-    movable = {
-        r.job.key
+    # straight back: never preempted. The overdue head may stop one that would reserve
+    # for its size or its wait, never one that would drain: draining jobs reserve first,
+    # in due order, so the room it frees stays with the head.
+    requeued = {
+        r.job.key: replace(served, fifo_due_s=resumed_due_s(served.fifo_due_s, now - r.start_s))
         for r, served in zip(snapshot.running, running_jobs, strict=True)
-        if r.job.checkpoint
-        and now - r.start_s >= rules.min_run_s
-        and not reservations.reserves(
-            replace(served, fifo_due_s=resumed_due_s(served.fifo_due_s, now - r.start_s))
-        )
+        if r.job.checkpoint and now - r.start_s >= rules.min_run_s
     }
+    movable = {key for key, job in requeued.items() if not reservations.reserves(job)}
+    movable_for_head = {key for key, job in requeued.items() if not reservations.draining(job)}
 
     def where(running: Running) -> GroupKey:  # its group: cluster, GPU type, domain
         return capacity.key_of(running.cluster, running.gpu_type, running.nodes)
@@ -111,27 +117,37 @@ def choose_preemptions(
             continue  # it would not start on freed room either: a preemption for nothing
         above.append(item)
         mine = rank_of[item.job.key]
-        pool = sorted(
-            (
-                r
-                for r in snapshot.running
-                if r.job.key in movable
-                and r.job.key not in victims_taken
-                and rank_of[r.job.key][0] >= mine[0]
-                and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
-                and (
-                    not priced
-                    or rank_of[r.job.key][0] > mine[0]  # a lower level: rank decides
-                    or prio[r.job.key] < prio[item.job.key]  # lower priority: rank decides
-                    or remaining[r.job.key] >= rules.shorter_by * remaining[item.job.key]
-                )
-            ),
-            key=lambda r: (rank_of[r.job.key], r.job.key),
-            reverse=True,
+        overdue = head is not None and item.job.key == head.job.key
+        pool = (
+            _cheapest_nodes_first(snapshot.running, movable_for_head - victims_taken, cost)
+            if overdue
+            else sorted(
+                (
+                    r
+                    for r in snapshot.running
+                    if r.job.key in movable
+                    and r.job.key not in victims_taken
+                    and rank_of[r.job.key][0] >= mine[0]
+                    and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
+                    and (
+                        not priced
+                        or rank_of[r.job.key][0] > mine[0]  # a lower level: rank decides
+                        or prio[r.job.key] < prio[item.job.key]  # lower priority: rank decides
+                        or remaining[r.job.key] >= rules.shorter_by * remaining[item.job.key]
+                    )
+                ),
+                key=lambda r: (rank_of[r.job.key], r.job.key),
+                reverse=True,
+            )
         )
         cands = {c.key: c for c in reservations.cands_of(item.job)}
+        # The overdue head frees room only where it holds its reservation: there the
+        # freed room moves its reservation to now, so nothing else takes it first.
+        reserved = {r.key for r in reservations.held if r.job_key == item.job.key}
         for key in sorted({where(r) for r in pool}):
             if key not in cands or quota.exceeds(item.job, key[1]):
+                continue
+            if overdue and key not in reserved:
                 continue
             # Where another job holds a reservation, freed room goes to that job in the
             # next cycle (a reservation due now moves to room free now): no preemption.
@@ -149,7 +165,7 @@ def choose_preemptions(
             if (
                 chosen
                 and capacity.fit(item.job, key, held) is not None
-                and not _taken_from_above(above[:-1], key, capacity, reservations)
+                and (overdue or not _taken_from_above(above[:-1], key, capacity, reservations))
             ):
                 nodes = capacity.fit(item.job, key, held)
                 assert nodes is not None
@@ -170,6 +186,42 @@ def choose_preemptions(
                 victim = by_key[victim_key]
                 capacity.take(victim.job, where(victim), victim.nodes)
     return tuple(out)
+
+
+def _cheapest_nodes_first(
+    running: Sequence[Running], movable: Collection[str], cost: dict[str, float]
+) -> list[Running]:
+    """The movable running jobs, those on the nodes cheapest to clear first (a node with a
+    job that may not be preempted last: clearing it frees less), then the cheapest."""
+    on_node: dict[str, list[Running]] = {}
+    for r in running:
+        for node in set(r.nodes):
+            on_node.setdefault(node, []).append(r)
+
+    def clearing(node: str) -> float:
+        jobs = on_node[node]
+        if any(r.job.key not in movable for r in jobs):
+            return math.inf
+        return sum(cost[r.job.key] for r in jobs)
+
+    price = {node: clearing(node) for node in on_node}
+    return sorted(
+        (r for r in running if r.job.key in movable),
+        key=lambda r: (max(price[n] for n in r.nodes), cost[r.job.key], r.job.key),
+    )
+
+
+def _overdue_head(
+    ranked: Sequence[Ranked], started: Collection[str], reservations: Reservations
+) -> Ranked | None:
+    """The first job in drain order that did not start, spent its wait budget and holds a
+    reservation starting later still (:meth:`Reservations.behind`): the head of the
+    overdue queue, which may stop any checkpointing job in its reserved group that would
+    not drain once requeued, whatever their ranks (``preemption.for_overdue``)."""
+    overdue = [r for r in ranked if r.job.key not in started and reservations.behind(r.job)]
+    if not overdue:
+        return None
+    return min(overdue, key=lambda r: (reservations.drain_order(r.job), r.job.key))
 
 
 def _taken_from_above(

@@ -282,7 +282,7 @@ class Reservations:
         # :meth:`drain_order`); then big jobs (they cannot backfill; small ones soon find
         # room); then each level's head; then by age.
         def order(r: Ranked) -> tuple[object, ...]:
-            draining = self._draining(r.job)
+            draining = self.draining(r.job)
             return (
                 r.level,
                 not draining,
@@ -303,7 +303,7 @@ class Reservations:
                 continue
             # A job that fits at the start of the cycle may still lose the room to
             # higher-ranked jobs in the walk; a claiming job reserves it anyway.
-            claims = self._draining(job) or (
+            claims = self.draining(job) or (
                 res_policy.claim_big and job.gpus >= res_policy.min_gpus
             )
             if not claims and any(self.capacity.fit(job, c.key) is not None for c in job_cands):
@@ -337,10 +337,10 @@ class Reservations:
             job.gpus >= res_policy.min_gpus
             or job.key in self.heads
             or (max_wait is not None and self.waited(job) >= max_wait)
-            or self._draining(job)
+            or self.draining(job)
         )
 
-    def _draining(self, job: Job) -> bool:
+    def draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
@@ -356,6 +356,23 @@ class Reservations:
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
+
+    def behind(self, job: Job) -> bool:
+        """True if ``job`` drains, its wait bound has run out and it holds a reservation
+        starting after it: the bound is its submit time plus what it ran plus the widest
+        FIFO wait budget of the pending jobs (under ``fifo_share``), else its FIFO due
+        time (``preemption.for_overdue``)."""
+        if not self.draining(job):
+            return False
+        if self.policy.reservation.fifo_share > 0:
+            bound = job.submit_s + ran_s(job) + self._widest_fifo_wait
+        elif job.fifo_due_s is not None:
+            bound = job.fifo_due_s
+        else:
+            return False
+        # Without a reservation nothing would keep room freed for it from the others.
+        res = next((r for r in self.held if r.job_key == job.key), None)
+        return res is not None and res.start_s > bound and self.now >= bound
 
     def drain_order(self, job: Job) -> float:
         """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
