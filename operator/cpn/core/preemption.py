@@ -214,11 +214,16 @@ def _cheapest_nodes_first(
 def _overdue_head(
     ranked: Sequence[Ranked], started: Collection[str], reservations: Reservations
 ) -> Ranked | None:
-    """The first job in drain order that did not start, spent its wait budget and holds a
-    reservation starting later still (:meth:`Reservations.behind`): the head of the
-    overdue queue, which may stop any checkpointing job in its reserved group that would
-    not drain once requeued, whatever their ranks (``preemption.for_overdue``)."""
-    overdue = [r for r in ranked if r.job.key not in started and reservations.behind(r.job)]
+    """The first reservation holder in drain order that did not start, spent its wait
+    budget and reserved room starting later still (:meth:`Reservations.behind`): the head
+    of the overdue queue, which may stop any checkpointing job in its reserved group that
+    would not drain once requeued, whatever their ranks (``preemption.for_overdue``)."""
+    by_key = {r.job.key: r for r in ranked}
+    overdue = [
+        by_key[res.job_key]
+        for res in reservations.held
+        if res.job_key in by_key and res.job_key not in started and reservations.behind(res)
+    ]
     if not overdue:
         return None
     return min(overdue, key=lambda r: (reservations.drain_order(r.job), r.job.key))

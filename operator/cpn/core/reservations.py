@@ -357,11 +357,12 @@ class Reservations:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
 
-    def behind(self, job: Job) -> bool:
-        """True if ``job`` drains, its wait bound has run out and it holds a reservation
-        starting after it: the bound is its submit time plus what it ran plus the widest
-        FIFO wait budget of the pending jobs (under ``fifo_share``), else its FIFO due
-        time (``preemption.for_overdue``)."""
+    def behind(self, res: Reserved) -> bool:
+        """True if ``res``'s job drains, its wait bound has run out and ``res`` starts
+        after it: the bound is its submit time plus what it ran plus the widest FIFO wait
+        budget of the pending jobs (under ``fifo_share``), else its FIFO due time
+        (``preemption.for_overdue``)."""
+        job = res.job
         if not self.draining(job):
             return False
         if self.policy.reservation.fifo_share > 0:
@@ -370,9 +371,7 @@ class Reservations:
             bound = job.fifo_due_s
         else:
             return False
-        # Without a reservation nothing would keep room freed for it from the others.
-        res = next((r for r in self.held if r.job_key == job.key), None)
-        return res is not None and res.start_s > bound and self.now >= bound
+        return res.start_s > bound and self.now >= bound
 
     def drain_order(self, job: Job) -> float:
         """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
