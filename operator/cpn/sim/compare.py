@@ -276,6 +276,15 @@ def main(argv: Sequence[str]) -> int:
     def seeds_of(name: str) -> list[int]:
         return seeds if preempts[name] or name not in TRUE_RUNTIMES else seeds[:1]
 
+    def ran_as(name: str, share: float, seed: int) -> tuple[str, float, int]:
+        """The run that stands for ``name`` at this share and seed (one run per share only
+        for a policy that preempts, per seed only for one that learns or preempts)."""
+        return (
+            name,
+            share if preempts[name] else shares[0],
+            seed if seed in seeds_of(name) else seeds[0],
+        )
+
     units = [
         (trace, name, share, args.estimator, seed, bool(args.out))
         for trace in traces
@@ -300,15 +309,7 @@ def main(argv: Sequence[str]) -> int:
             per_seed: dict[int, dict[str, Any]] = {}
             for seed in seeds:
                 runs = {
-                    policy: done[
-                        (
-                            trace.name,
-                            policy,
-                            share if preempts[policy] else shares[0],
-                            seed if seed in seeds_of(policy) else seeds[0],
-                        )
-                    ]
-                    for policy in policies
+                    policy: done[(trace.name, *ran_as(policy, share, seed))] for policy in policies
                 }
                 rows = {policy: value[0] for policy, value in runs.items()}
                 per_seed[seed] = {"metrics": rows, "verdict": verdict(rows, TARGETS.get(share))}
