@@ -66,8 +66,9 @@ test-fast: venv ## unit tests only, no test bed
 sim: venv ## simulate TRACE on CLUSTERS with POLICY (comma-separated); report in out/sim/report.md
 	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY) --report out/sim
 
-sim-philly: venv ## the README's tables: fifo, oracle, las, sjf, default on Gavel's traces (labelled and not) and the Philly windows at checkpointable 0, 0.5, 1; reports in out/philly/
-	$(PY) -m cpn simulate philly --out out/philly
+SEEDS ?= 0
+sim-philly: venv ## the README's tables: fifo, oracle, las, sjf, default on Gavel's traces (labelled and not) and the Philly windows at checkpointable 0, 0.5, 1 (SEEDS=0,1,2,3,4 as the windows table); reports in out/philly/
+	$(PY) -m cpn simulate philly --out out/philly --seeds $(SEEDS)
 
 bench: venv bed ## benchmarks; each prints JSON
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
