@@ -122,6 +122,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "head": boolean,
     "drain_fifo": boolean,
     "fifo_share": number(0.0, 1.0),
+    "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": choice(METHODS),

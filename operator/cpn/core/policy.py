@@ -153,6 +153,11 @@ class Reservation:
     what the job ran: :func:`cpn.core.fifodue.fifo_budget_s`): FIFO's worst wait is the
     bound, not each job's own FIFO wait, so short jobs may pass a long one for longer.
 
+    An overdue job (draining and past its own FIFO due time) that must wait for room
+    claims ``hedge_nodes`` times as many nodes again beside the ones it reserved, those
+    predicted to free first in the same group: it starts on whichever of them frees first
+    (:meth:`cpn.core.reservations.Reservations.hedged`); 0 turns this off.
+
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
     or wait (EASY backfilling's rule): jobs ranked below it start only where they do not
@@ -170,6 +175,7 @@ class Reservation:
     head: bool = False
     drain_fifo: bool = True
     fifo_share: float = 0.9
+    hedge_nodes: float = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,8 @@ pending jobs) may reserve the earliest instant and place it fits as running jobs
 cycle keep clear of reserved nodes unless they end before the reservation starts
 (backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
 every reservation they touch keeps its start, there or moved to other room (backfill by
-resource, :meth:`Reservations.fit_beside`).
+resource, :meth:`Reservations.fit_beside`). An overdue job's reservation also claims spare
+nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -16,6 +17,7 @@ capacity and quota ledgers with it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -27,6 +29,7 @@ from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
 from cpn.core.quota import QuotaLedger
+from cpn.core.runtime_law import quantile_end_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +260,50 @@ class Reservations:
                 best = (late, done, waits, cand.key[0], cand.key[1], res)
         if best is None:
             return None
-        self.held.append(best[5])
-        return best[5]
+        res = self.hedged(best[5])
+        self.held.append(res)
+        return res
+
+    def hedged(self, res: Reserved) -> Reserved:
+        """``res`` with spare nodes added to what it claims when its job is overdue (drains
+        past its own FIFO due time) and must wait: up to ``reservation.hedge_nodes`` times
+        as many nodes of the same group again, those whose jobs are predicted to end first,
+        and only nodes predicted to free before the reserved room frees at the 90th
+        percentile of its jobs' runtime laws given their ages.
+
+        The nodes predicted to free first are often not the ones that do: the jobs on them
+        outlive their estimates (runtimes are heavy-tailed), the reservation's start keeps
+        sliding, and the nodes that do free first take backfill. Strict FIFO has every node
+        drain for its head; a hedged reservation keeps a few more from taking jobs that
+        would still run at its start, and its job starts on the first room that frees.
+        Where the room's end is certain (exact estimates) no node frees before it that the
+        reservation did not already take, so nothing is hedged.
+        """
+        job = res.job
+        hedge = self.policy.reservation.hedge_nodes
+        if hedge <= 0 or res.start_s <= self.now:
+            return res
+        if not (self.draining(job) and fifo_due(job, self.now)):
+            return res
+        slots = {slot.name: slot for slot in self.capacity.usable[res.key]}
+        late = max(
+            [res.start_s]
+            + [
+                quantile_end_s(item, self.now, 0.9, at_least_s=0.0)
+                for name in res.nodes
+                for item in slots[name].running
+            ]
+        )
+        taken = held_nodes([r for r in self.held if r.key == res.key])
+        frees = {
+            name: max((r[0] for r in self.capacity.releases(slot)), default=0.0)
+            for name, slot in slots.items()
+            if name not in res.nodes and name not in taken
+        }
+        # Stable: among nodes predicted to free at the same time, the group's order.
+        spare = sorted((name for name in frees if frees[name] < late), key=frees.__getitem__)
+        extra = math.ceil(hedge * len(res.nodes))
+        return replace(res, nodes=res.nodes | set(spare[:extra]))
 
     def reserve_ahead(self, ranked: Sequence[Ranked]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
