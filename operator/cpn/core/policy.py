@@ -154,8 +154,9 @@ class Reservation:
     bound, not each job's own FIFO wait, so short jobs may pass a long one for longer.
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
-    claims ``hedge_nodes`` times as many nodes again beside the ones it reserved, those
-    predicted to free first in the same group: it starts on whichever of them frees first
+    also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
+    predicted to free first and before its room frees at the 90th percentile of the
+    room's jobs' runtime laws: it starts on whichever claimed room frees first
     (:meth:`cpn.core.reservations.Reservations.hedged`); 0 turns this off.
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
