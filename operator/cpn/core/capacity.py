@@ -305,6 +305,12 @@ class Capacity:
         slot.sorted_releases, slot.releases_epoch = out, self._epoch
         return out
 
+    def empty_at(self, slot: Slot) -> float:
+        """When the last job on ``slot`` is expected to end (its last release; -inf with
+        none): the node is empty from then on."""
+        releases = self.releases(slot)
+        return releases[-1][0] if releases else -math.inf
+
     def groups_for(self, domain: str) -> list[tuple[GroupKey, str]]:
         """The groups of ``domain``'s nodes, each with its GPU type: the only ones a job
         bound to ``domain`` may use (:func:`cpn.core.domains.job_domain`)."""
@@ -506,11 +512,7 @@ class Capacity:
                         free[slot.name] = [0.0, 0.0, 0.0]
             events.sort()
         # for a job alone: a node is empty once its last job has ended (its last release)
-        last = (
-            {s.name: max((r[0] for r in self.releases(s)), default=-math.inf) for s in slots}
-            if alone
-            else {}
-        )
+        last = {s.name: self.empty_at(s) for s in slots} if alone else {}
 
         def place(instant: float | None) -> tuple[str, ...] | None:
             usable = slots

@@ -29,7 +29,7 @@ from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
 from cpn.core.quota import QuotaLedger
-from cpn.core.runtime_law import quantile_end_s
+from cpn.core.runtime_law import HIGH_Q, quantile_end_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,14 +289,14 @@ class Reservations:
         late = max(
             [res.start_s]
             + [
-                quantile_end_s(item, self.now, 0.9, at_least_s=0.0)
+                quantile_end_s(item, self.now, HIGH_Q, at_least_s=0.0)
                 for name in res.nodes
                 for item in slots[name].running
             ]
         )
         taken = held_nodes([r for r in self.held if r.key == res.key])
         frees = {
-            name: max((r[0] for r in self.capacity.releases(slot)), default=0.0)
+            name: self.capacity.empty_at(slot)
             for name, slot in slots.items()
             if name not in res.nodes and name not in taken
         }

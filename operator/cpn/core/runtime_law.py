@@ -15,7 +15,8 @@ from statistics import NormalDist
 
 from cpn.core.model import Running
 
-#: z-score of the 90th percentile (``Estimate.high_s``).
+#: The level of ``Estimate.high_s`` among the law's quantiles, and its z-score.
+HIGH_Q = 0.9
 Z90 = 1.2815515655446004
 _NORMAL = NormalDist()
 
