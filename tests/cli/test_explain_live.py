@@ -21,6 +21,7 @@ WAITING = {
         "eta": "19:44:02Z",
         "estimatedStart": "2026-11-22T19:44:02Z",
         "fifoDue": "2026-11-22T18:00:00Z",
+        "fifoDueCalibrated": "2026-11-23T02:00:00Z",
         "estimatedStartRange": {
             "earliest": "2026-11-22T19:30:00Z",
             "latest": "2026-11-22T20:10:00Z",
@@ -81,6 +82,7 @@ def test_a_waiting_job_shows_its_condition_place_and_start_range():
     assert "  why: needs 2 x 8 GPU(s); room frees when team-b/big" in text
     assert "  start: 19:44:02Z (likely 19:30:00Z to 20:10:00Z)" in text
     assert "  FIFO due: 2026-11-22T18:00:00Z (strict FIFO's estimated start)" in text
+    assert "  FIFO due: 2026-11-23T02:00:00Z (calibrated: runtimes as long as jobs ran)" in text
     assert text.splitlines()[-1] == "  (waiting since 2026-11-22T13:40:00Z)"
 
 

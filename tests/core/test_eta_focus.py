@@ -130,7 +130,11 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
         if rng.random() < 0.05:
             fields["not_before_s"] = now + rng.uniform(0, 5000)
         if policy.reservation.drain_fifo and rng.random() < 0.7:  # due before, now or later
-            fields["fifo_due_s"] = now + rng.uniform(-20_000, 40_000)
+            fields["fifo_due_s"] = due = now + rng.uniform(-20_000, 40_000)
+            if rng.random() < 0.8:  # calibrated: the backlog scaled by a ratio (1-GPU drains)
+                fields["fifo_calibrated_due_s"] = now + (due - now) * rng.uniform(0.5, 8.0)
+            if rng.random() < 0.2:  # preempted before: back on the plain budgets
+                fields["attained_gpu_s"] = rng.uniform(1.0, 5000.0)
         new = policy.placement.first_of_model_alone and rng.random() < 0.3
         if new:  # a job of a model never seen: it runs alone (cpn.core.alone)
             fields["model"] = f"m{rng.randint(0, 3)}"

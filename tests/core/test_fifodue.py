@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from cpn.core.capacity import Capacity
 from cpn.core.cycle import plan_cycle
-from cpn.core.fifodue import due_times, estimated_runtime_s, resumed_due_s
+from cpn.core.fifodue import (
+    Outcome,
+    Stamp,
+    due_times,
+    estimated_runtime_s,
+    resumed_due_s,
+    runtime_ratio,
+)
 from cpn.core.policy import QueuePolicy, Reservation
 from cpn.core.quota import QuotaLedger
 from cpn.core.reservations import Reservations
@@ -30,7 +37,20 @@ def test_due_time_is_the_backlog_ahead_over_the_fleet():
     old = job("old", gpus=2, runtime_s={A100: 100, V100: 300, K80: 500}, fifo_due_s=900.0)
     new = job("new", gpus=1, submitted_s=999)
     snap = snapshot(jobs=[old, new], clusters=[c], running_jobs=ahead, now_s=1000)
-    assert due_times(snap) == {"new": pytest.approx(1000 + (4 * 1000 + 2 * 300) / 8)}
+    (stamp,) = due_times(snap).values()
+    assert stamp.due_s == pytest.approx(1000 + (4 * 1000 + 2 * 300) / 8)
+    assert stamp.calibrated_due_s == stamp.due_s  # ratio 1: nothing learnt yet
+    assert stamp.basis_s == estimated_runtime_s(new)
+
+
+def test_calibrated_due_time_scales_the_backlog_by_the_ratio():
+    """Ratio 3: the backlog ahead takes three times as long; the job adds its own basis."""
+    c = cluster("m", nodes("m", 1, gpus=4))
+    first = job("first", gpus=2, submitted_s=10, runtime_s=400)
+    second = job("second", gpus=1, submitted_s=20, runtime_s=100)
+    due = due_times(snapshot(jobs=[second, first], clusters=[c], now_s=100), ratio=3.0)
+    assert due["first"] == Stamp(100.0, 100.0, 400.0)
+    assert due["second"] == Stamp(100 + 2 * 400 / 4, 100 + 3 * 2 * 400 / 4, 100.0)
 
 
 def test_jobs_first_seen_together_queue_in_submit_order():
@@ -39,7 +59,10 @@ def test_jobs_first_seen_together_queue_in_submit_order():
     first = job("z-first", gpus=2, submitted_s=10, runtime_s=400)
     second = job("a-second", gpus=1, submitted_s=20, runtime_s=100)
     due = due_times(snapshot(jobs=[second, first], clusters=[c], now_s=100))
-    assert due == {"z-first": 100.0, "a-second": pytest.approx(100 + 2 * 400 / 4)}
+    assert {key: stamp.due_s for key, stamp in due.items()} == {
+        "z-first": 100.0,
+        "a-second": pytest.approx(100 + 2 * 400 / 4),
+    }
 
 
 def test_a_stamped_job_is_not_stamped_again():
@@ -156,3 +179,73 @@ def test_resumed_due_time_adds_what_the_attempt_ran():
     assert resumed_due_s(100.0, 40.0) == 140.0
     assert resumed_due_s(100.0, -5.0) == 100.0  # a clock step back adds nothing
     assert resumed_due_s(None, 40.0) is None
+
+
+def _run(key: str, gpus: int, basis_s: float | None, age_s: float, now_s: float = 10_000.0):
+    j = job(key, gpus=gpus, fifo_basis_s=basis_s)
+    return running(j, "m", A100, ("m-0",), start_s=now_s - age_s, end_s=now_s + 1)
+
+
+def test_ratio_is_one_until_a_job_with_an_estimate_finishes():
+    assert runtime_ratio([], [_run("r", 1, 100.0, 5_000.0)], 10_000.0) == 1.0
+    assert runtime_ratio([Outcome(1, 0.0, 500.0)], [], 10_000.0) == 1.0
+
+
+def test_ratio_of_finished_jobs_alone_is_their_work_weighted_mean():
+    """Weights are GPUs x estimate: 1 GPU x 100 s ran twice as long, 2 GPUs x 100 s half."""
+    finished = [Outcome(1, 100.0, 200.0), Outcome(2, 100.0, 50.0)]
+    assert runtime_ratio(finished, [], 0.0) == pytest.approx((2 * 100 + 0.5 * 200) / 300)
+
+
+def test_a_running_job_counts_for_at_least_its_age():
+    """Finished at ratios 1 and 3 (mean 2); a job still running at ratio 2 has outlived the
+    first, so it counts towards the longer one: 1 + 2 x 2/3."""
+    finished = [Outcome(1, 100.0, 100.0), Outcome(1, 100.0, 300.0)]
+    assert runtime_ratio(finished, [], 10_000.0) == pytest.approx(2.0)
+    survivor = _run("r", 1, 100.0, 200.0)
+    assert runtime_ratio(finished, [survivor], 10_000.0) == pytest.approx(1 + 2 * 2 / 3)
+    # what it ran in earlier attempts counts towards its age
+    preempted = _run("p", 1, 100.0, 100.0)
+    preempted = replace(preempted, job=replace(preempted.job, attained_gpu_s=100.0))
+    assert runtime_ratio(finished, [preempted], 10_000.0) == pytest.approx(1 + 2 * 2 / 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    finished=st.lists(
+        st.tuples(st.integers(1, 8), st.floats(1, 1e5), st.floats(0, 1e6)), min_size=1, max_size=8
+    ),
+    ages=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 1e5), st.floats(0, 1e6)), max_size=8),
+    extra=st.tuples(st.integers(1, 8), st.floats(1, 1e5), st.floats(0, 1e6)),
+)
+def test_ratio_never_falls_for_a_job_still_running(finished, ages, extra):
+    """A running job is censored at its age: it can only say runtimes are longer than the
+    finished jobs alone say, never shorter; the ratio stays within the finished ratios."""
+    done = [Outcome(g, b, a) for g, b, a in finished]
+    runs = [_run(f"r{i}", g, b, a) for i, (g, b, a) in enumerate(ages)]
+    before = runtime_ratio(done, runs, 10_000.0)
+    after = runtime_ratio(done, [*runs, _run("x", *extra)], 10_000.0)
+    assert after >= before - 1e-9 * max(1.0, before)
+    assert before <= max(o.actual_s / o.basis_s for o in done) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "ran_s", "drains"), [(1, 0.0, False), (4, 0.0, True), (1, 5.0, True)]
+)
+def test_small_jobs_drain_on_calibrated_budgets(gpus: int, ran_s: float, drains: bool):
+    """Runtimes ran 10x their estimates: the widest calibrated budget is 10x the plain one,
+    so a 1-GPU job that waited 90% of the plain widest budget does not drain yet; a 4-GPU
+    job (at or above calibrate_below_gpus) still drains on the plain budgets, and so does
+    a 1-GPU job that ran before (preempted: what it waits since is cpn's doing)."""
+    policy = QueuePolicy(reservation=Reservation(drain_after_s=None, fifo_share=0.9))
+    widest = job("w", submitted_s=0, fifo_due_s=1000.0, fifo_calibrated_due_s=10_000.0)
+    j = job("a", gpus=gpus, submitted_s=0, fifo_due_s=100.0, fifo_calibrated_due_s=1000.0)
+    j = replace(j, attained_gpu_s=ran_s * gpus)
+    snap = snapshot(
+        jobs=[widest, j], clusters=[cluster("m", nodes("m", 1))], now_s=900 + ran_s, policy=policy
+    )
+    res = Reservations(snap, Capacity([]), QuotaLedger(snap.policy, ()), lambda _: [])
+    assert res.draining(j) == drains
+    off = replace(policy, reservation=replace(policy.reservation, calibrate_below_gpus=0))
+    res = Reservations(replace(snap, policy=off), Capacity([]), QuotaLedger(off, ()), lambda _: [])
+    assert res.draining(j)  # off: every job on the plain budgets

@@ -1,5 +1,6 @@
 """Issue 16's FIFO due times on the test bed: the operator writes each AIJob's status.fifoDue
-once, in submit order, and keeps it across a restart (it reads it back from the status)."""
+(with fifoDueCalibrated and fifoBasisSeconds) once, in submit order, and keeps them across a
+restart (it reads them back from the status)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ def dues(hub: Hub, namespace: str, names: list[str]) -> dict[str, str] | None:
     return None if any(v is None for v in found.values()) else found  # type: ignore[return-value]
 
 
+def stamps(hub: Hub, namespace: str, names: list[str]) -> dict[str, tuple[object, ...]]:
+    """Each AIJob's three FIFO stamps as its status shows them."""
+    keys = ("fifoDue", "fifoDueCalibrated", "fifoBasisSeconds")
+    return {n: tuple(hub.status(namespace, n).get(key) for key in keys) for n in names}
+
+
 def test_fifo_due_times_are_written_once_and_survive_a_restart(hub: Hub) -> None:
     names = [f"j{i}" for i in range(6)]
     docs = [aijob(n, gpus=8, gpu_types=[A100], durations={A100: "600s"}) for n in names]
@@ -45,6 +52,9 @@ def test_fifo_due_times_are_written_once_and_survive_a_restart(hub: Hub) -> None
         assert created - 1 <= times[0]
         # Later-submitted jobs (same second: by name) queue behind the earlier ones' work.
         assert times == sorted(times) and times[-1] > times[0]
+        stamped = stamps(hub, ns, names)
+        for _due, calibrated, basis in stamped.values():
+            assert parse_time(calibrated) is not None and basis > 0  # type: ignore[arg-type,operator]
 
         hub.proc.send_signal(signal.SIGKILL)
         hub.proc.wait(timeout=10)
@@ -53,3 +63,4 @@ def test_fifo_due_times_are_written_once_and_survive_a_restart(hub: Hub) -> None
         # The new operator stamps a new job, and only it: the others' are read back.
         wait_until(lambda: dues(hub, ns, ["late"]), timeout_s=180, what="late's fifoDue")
         assert dues(hub, ns, names) == before
+        assert stamps(hub, ns, names) == stamped

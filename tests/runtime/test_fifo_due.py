@@ -77,3 +77,38 @@ def test_the_due_time_is_in_the_status_and_survives_a_restart():
     assert again.records["ns/b"].fifo_due_s == NOW + 30
     snap = again.snapshot(NOW + 500, FLEET, {})
     assert [j.fifo_due_s for j in snap.pending] == [NOW + 30]
+
+
+def test_calibrated_due_times_scale_by_what_succeeded_jobs_ran():
+    """A job stamped with a 60 s estimate that succeeded after 180 s makes the ratio 3:
+    later jobs' calibrated due times put the backlog ahead at three times its estimate.
+    Both stamps and the basis go to the status and come back after a restart."""
+    from cpn.api import constants as k
+
+    s = store()
+    upsert(s, aijob("done", "uid-d", "2026-01-01T00:00:00Z"), user="u", group="g")
+    s.snapshot(NOW, FLEET, {})
+    done = s.records["ns/done"]
+    assert (done.fifo_calibrated_due_s, done.fifo_basis_s) == (NOW, 60.0)  # nothing learnt
+    done.phase, done.actual_s = k.PHASE_SUCCEEDED, 180.0
+    upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:10Z"), user="u", group="g")
+    upsert(s, aijob("b", "uid-b", "2026-01-01T00:00:20Z"), user="u", group="g")
+    s.snapshot(NOW + 100, FLEET, {})
+    b = s.records["ns/b"]
+    assert (b.fifo_due_s, b.fifo_calibrated_due_s, b.fifo_basis_s) == (
+        NOW + 100 + 60 / 2,
+        NOW + 100 + 3 * 60 / 2,
+        60.0,
+    )
+    status, _ = render_status(b, NOW + 100)
+    assert status["fifoDueCalibrated"] == "2026-01-01T00:04:10Z"
+    assert status["fifoBasisSeconds"] == 60.0
+
+    again = store()
+    upsert(again, aijob("b", "uid-b", "2026-01-01T00:00:20Z", status), user="u", group="g")
+    (job,) = again.snapshot(NOW + 500, FLEET, {}).pending
+    assert (job.fifo_due_s, job.fifo_calibrated_due_s, job.fifo_basis_s) == (
+        NOW + 130,
+        NOW + 190,
+        60.0,
+    )

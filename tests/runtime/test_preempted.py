@@ -88,9 +88,17 @@ def test_a_record_whose_preempted_job_is_not_gone_is_not_offered_to_the_cycle() 
 
 def test_a_preemption_moves_the_fifo_due_time_by_what_the_attempt_ran() -> None:
     """The due time is a wait budget (cpn.core.fifodue): the 95 s it ran are added, on the
-    record (status.fifoDue) and on the job the next cycle sees."""
-    _, record = running()
+    record (status.fifoDue) and on the job the next cycle sees. The calibrated due time
+    stays: what a stopped attempt ran counts against the calibrated budget."""
+    store, record = running()
     record.fifo_due_s = record.start_s + 50.0
+    record.fifo_calibrated_due_s = record.start_s + 500.0
     preempted(record, record.start_s + 95.0, "for x", RULES)
     assert record.fifo_due_s == record.start_s + 145.0
     assert record.job is not None and record.job.fifo_due_s == record.fifo_due_s
+    record.phase = k.PHASE_QUEUED
+    (job,) = store.snapshot(0.0, [], {}).pending
+    assert (job.fifo_due_s, job.fifo_calibrated_due_s) == (
+        record.start_s + 145.0,
+        record.start_s + 500.0,
+    )

@@ -38,6 +38,8 @@ class Saved:
     fence: str = ""
     not_before_s: float = 0.0
     fifo_due_s: float | None = None
+    fifo_calibrated_due_s: float | None = None
+    fifo_basis_s: float | None = None
     cluster: str = ""
     gpu_type: str = ""
     domain: str = ""
@@ -110,6 +112,11 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _seconds(value: Any) -> float | None:
+    """A number of seconds the status holds, None when it holds none (or not a number)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def saved_status(status: Mapping[str, Any]) -> Saved:
     """What ``status`` says (the fields the operator writes)."""
     usage = usage_from_status(status)
@@ -123,6 +130,8 @@ def saved_status(status: Mapping[str, Any]) -> Saved:
         fence=str(status.get("fence") or ""),
         not_before_s=parse_time(status.get("notBefore")) or 0.0,
         fifo_due_s=parse_time(status.get("fifoDue")),
+        fifo_calibrated_due_s=parse_time(status.get("fifoDueCalibrated")),
+        fifo_basis_s=_seconds(status.get("fifoBasisSeconds")),
         cluster=str(status.get("cluster") or ""),
         gpu_type=gpu_type,
         domain=str(status.get("domain") or ""),

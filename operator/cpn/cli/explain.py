@@ -92,6 +92,7 @@ def live_view(body: Mapping[str, Any]) -> dict[str, Any]:
         "estimatedStartRange": status.get("estimatedStartRange"),
         "estimatedFinish": status.get("estimatedFinish"),
         "fifoDue": status.get("fifoDue"),
+        "fifoDueCalibrated": status.get("fifoDueCalibrated"),
         "cluster": status.get("cluster"),
         "gpuType": status.get("gpuType"),
         "nodes": status.get("nodes"),
@@ -121,6 +122,9 @@ def render_live(view: Mapping[str, Any]) -> str:
     if phase in {k.PHASE_QUEUED, k.PHASE_SUSPENDED} and view.get("fifoDue"):
         # docs/policy.md: under reservation.drain_fifo the job drains by this budget (fifo_share)
         lines.append(f"  FIFO due: {view['fifoDue']} (strict FIFO's estimated start)")
+        calibrated = view.get("fifoDueCalibrated")
+        if calibrated and calibrated != view["fifoDue"]:
+            lines.append(f"  FIFO due: {calibrated} (calibrated: runtimes as long as jobs ran)")
     elif view.get("eta"):
         lines.append(f"  finish: {view['eta']}")
     placement = view.get("placement") or {}

@@ -85,6 +85,13 @@ class Focus:
         self.due = np.array(
             [inf if j.fifo_due_s is None else j.fifo_due_s for j in self.jobs], dtype=np.float64
         )
+        self.calibrated = np.array(
+            [
+                inf if j.fifo_calibrated_due_s is None else j.fifo_calibrated_due_s
+                for j in self.jobs
+            ],
+            dtype=np.float64,
+        )
         self.gpus = np.array([j.gpus for j in self.jobs], dtype=np.float64)
         # Reservations.waited: time run in earlier attempts
         self.ran = np.array([ran_s(j) for j in self.jobs], dtype=np.float64)
@@ -214,14 +221,22 @@ class Focus:
                 draining = old & (waited >= res.drain_ratio * mean_wait(self.jobs, alive, now))
         # ... and with drain_fifo the jobs past their FIFO due time, whatever the mean.
         due = np.zeros_like(old)
-        widest = None
+        widest: list[int] = []
         if res.enabled and res.drain_fifo and res.fifo_share > 0:
             # Reservations.draining: waited a share of the widest FIFO budget of the
-            # queue; the focus holds the job with that budget, so its plans agree
-            budget = np.where(np.isinf(self.due), 0.0, self.due - self.submit - self.ran)
-            widest = alive[np.argmax(budget[alive])]
-            share = res.fifo_share * max(0.0, budget[widest])
-            due = self.alive & ~np.isinf(self.due) & (now - self.submit - self.ran >= share)
+            # queue (small jobs never run: the widest calibrated one); the focus holds
+            # the jobs with those budgets, so its plans agree
+            small = (self.gpus < res.calibrate_below_gpus) & ~np.isinf(self.calibrated)
+            small &= self.ran <= 0  # a job that ran drains on the plain budgets
+            bound = np.zeros(len(self.jobs))
+            for dues, these in ((self.due, ~small), (self.calibrated, small)):
+                if not these.any():
+                    continue
+                budget = np.where(np.isinf(dues), 0.0, dues - self.submit - self.ran)
+                top = alive[np.argmax(budget[alive])]
+                widest.append(top)
+                bound[these] = res.fifo_share * max(0.0, budget[top])
+            due = self.alive & ~np.isinf(self.due) & (now - self.submit - self.ran >= bound)
         elif res.enabled and res.drain_fifo:
             due = self.alive & (self.due <= now)
         drains = draining | due
@@ -273,8 +288,7 @@ class Focus:
             chosen = np.zeros(len(self.jobs), dtype=bool)
             chosen[ranked[:first]] = True
             chosen[order[:head]] = True
-            if widest is not None:
-                chosen[widest] = True
+            chosen[widest] = True
             if self.dominance:
                 chosen[self._probes(eligible & ~chosen, fit_now)] = True
             if old.any():

@@ -141,6 +141,11 @@ class Job:
     # The instant strict FIFO would have started it by, estimated when first seen
     # (cpn.core.fifodue); None until then. Past it the job drains (reservation.drain_fifo).
     fifo_due_s: float | None = None
+    # Stamped with it: the same backlog scaled by the runtime ratio of the jobs started so
+    # far, and the estimated runtime the job added to the backlog behind it (its basis for
+    # that ratio once it runs); see cpn.core.fifodue.
+    fifo_calibrated_due_s: float | None = None
+    fifo_basis_s: float | None = None
 
     @property
     def gpus(self) -> float:

@@ -152,6 +152,9 @@ class Reservation:
     FIFO wait budget among the jobs waiting with it (due time less submit time less
     what the job ran: :func:`cpn.core.fifodue.fifo_budget_s`): FIFO's worst wait is the
     bound, not each job's own FIFO wait, so short jobs may pass a long one for longer.
+    A job needing fewer than ``calibrate_below_gpus`` GPUs measures both its wait and that
+    longest budget in calibrated budgets (``Job.fifo_calibrated_due_s``: the backlog
+    scaled by how much longer than estimated started jobs have run); 0 turns this off.
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
@@ -176,6 +179,7 @@ class Reservation:
     head: bool = False
     drain_fifo: bool = True
     fifo_share: float = 0.9
+    calibrate_below_gpus: float = 2.0
     hedge_nodes: float = 1.0
 
 

@@ -390,12 +390,25 @@ class Reservations:
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
-        own FIFO due time)."""
+        own FIFO due time). A job of fewer than ``calibrate_below_gpus`` GPUs with a
+        calibrated due time that never ran compares its wait with the longest calibrated
+        budget instead; once preempted it is back on the plain budgets (FIFO would never
+        have stopped it, so what it waits since is cpn's doing, and a job that may wait
+        longer before it drains may be preempted again for longer)."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
             share = res_policy.fifo_share
-            if waited >= share * self._widest_fifo_wait if share > 0 else fifo_due(job, self.now):
+            if share <= 0:
+                if fifo_due(job, self.now):
+                    return True
+            elif waited >= share * (
+                self._widest_calibrated
+                if job.gpus < res_policy.calibrate_below_gpus
+                and job.fifo_calibrated_due_s is not None
+                and job.attained_gpu_s <= 0
+                else self._widest_fifo_wait
+            ):
                 return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
@@ -432,6 +445,11 @@ class Reservations:
     def _widest_fifo_wait(self) -> float:
         """The longest FIFO wait budget of the pending jobs (:func:`widest_fifo_wait`)."""
         return widest_fifo_wait(self._pending)
+
+    @cached_property
+    def _widest_calibrated(self) -> float:
+        """The longest calibrated FIFO wait budget of the pending jobs."""
+        return widest_fifo_wait(self._pending, calibrated=True)
 
     @cached_property
     def _mean_wait(self) -> float:

@@ -88,6 +88,10 @@ def render_status(
         "actualRuntimeSeconds": round(record.actual_s, 1) if record.actual_s else None,
         "notBefore": rfc3339(record.not_before_s) if record.not_before_s else None,
         "fifoDue": rfc3339(record.fifo_due_s),
+        "fifoDueCalibrated": rfc3339(record.fifo_calibrated_due_s),
+        "fifoBasisSeconds": (
+            round(record.fifo_basis_s, 1) if record.fifo_basis_s is not None else None
+        ),
     }
     status.update(preemption_status(record))
     status["staging"] = staging_status(record)

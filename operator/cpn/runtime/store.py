@@ -21,7 +21,7 @@ from cpn.core.capacity import Usage, worker_gpus
 from cpn.core.delegated import Delegated, with_delegated
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
-from cpn.core.fifodue import due_times, resumed_due_s
+from cpn.core.fifodue import Outcome, due_times, resumed_due_s, runtime_ratio
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
@@ -84,6 +84,9 @@ class Record:
     fence: str = ""  # the current attempt's fencing token (cpn.core.fence)
     not_before_s: float = 0.0
     fifo_due_s: float | None = None  # its FIFO due time, stamped once (status.fifoDue)
+    # stamped with it (status.fifoDueCalibrated, status.fifoBasisSeconds): cpn.core.fifodue
+    fifo_calibrated_due_s: float | None = None
+    fifo_basis_s: float | None = None
     cluster: str = ""
     gpu_type: str = ""
     domain: str = ""  # the policy's domain of its nodes (cpn.core.domains), "" for none
@@ -434,18 +437,31 @@ class Store:
         return self._stamp_due(snapshot)
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with a FIFO due time on each pending job that enters a cycle without
-        one (:func:`cpn.core.fifodue.due_times`, as the simulator stamps them); the record
-        keeps it, its status shows it (``fifoDue``) and a restart reads it back."""
-        due = due_times(snapshot)
+        """``snapshot`` with FIFO due times on each pending job that enters a cycle without
+        them (:func:`cpn.core.fifodue.due_times`, calibrated by the runtime ratio of the
+        jobs started so far, as the simulator stamps them); the record keeps them, its
+        status shows them (``fifoDue``...) and a restart reads them back."""
+        if all(job.fifo_due_s is not None for job in snapshot.pending):
+            return snapshot
+        ratio = runtime_ratio(self.outcomes(), snapshot.running, snapshot.now_s)
+        due = due_times(snapshot, ratio)
         if not due:
             return snapshot
-        for key, due_s in due.items():
-            self.records[key].fifo_due_s = due_s
+        for key, stamp in due.items():
+            record = self.records[key]
+            record.fifo_due_s, record.fifo_calibrated_due_s, record.fifo_basis_s = stamp
         pending = tuple(
             _synced(self.records[job.key]) if job.key in due else job for job in snapshot.pending
         )
         return replace(snapshot, pending=pending)
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """The succeeded jobs stamped with an estimate, for the runtime ratio: the seconds
+        each ran in all its attempts against that estimate."""
+        for record in self.records.values():
+            basis = record.fifo_basis_s
+            if record.phase == k.PHASE_SUCCEEDED and record.job is not None and basis:
+                yield Outcome(record.job.gpus, basis, record.actual_s)
 
 
 def _synced(record: Record) -> Job:
@@ -457,12 +473,16 @@ def _synced(record: Record) -> Job:
         job.attempts != record.attempts
         or job.not_before_s != record.not_before_s
         or job.fifo_due_s != record.fifo_due_s
+        or job.fifo_calibrated_due_s != record.fifo_calibrated_due_s
+        or job.fifo_basis_s != record.fifo_basis_s
     ):
         job = record.job = replace(
             job,
             attempts=record.attempts,
             not_before_s=record.not_before_s,
             fifo_due_s=record.fifo_due_s,
+            fifo_calibrated_due_s=record.fifo_calibrated_due_s,
+            fifo_basis_s=record.fifo_basis_s,
         )
     return job
 
@@ -485,6 +505,8 @@ def _restored(aijob: AIJobObject) -> Record:
         fence=saved.fence,
         not_before_s=saved.not_before_s,
         fifo_due_s=saved.fifo_due_s,
+        fifo_calibrated_due_s=saved.fifo_calibrated_due_s,
+        fifo_basis_s=saved.fifo_basis_s,
         cluster=saved.cluster,
         gpu_type=saved.gpu_type,
         domain=saved.domain,

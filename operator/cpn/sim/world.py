@@ -27,7 +27,7 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.fairshare import FairShare
-from cpn.core.fifodue import due_times, resumed_due_s
+from cpn.core.fifodue import Outcome, due_times, resumed_due_s, runtime_ratio, stamped
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
@@ -198,6 +198,7 @@ class World:
         self._pending: dict[str, Job] = {}
         self._needs: dict[float, int] = {}  # GPUs one worker needs -> pending jobs needing it
         self._unstamped = False  # a pending job has no FIFO due time yet
+        self._outcomes: list[Outcome] = []  # finished jobs, for the runtime ratio
         self.skip_full_cycles = skip_full_cycles
         self._skipped = 0
         self._running: dict[str, Running] = {}
@@ -417,9 +418,10 @@ class World:
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with a FIFO due time on each pending job first seen in it
         (:func:`cpn.core.fifodue.due_times`, as the operator stamps them)."""
-        due = due_times(snapshot)
-        for key, due_s in due.items():
-            job = replace(self._pending[key], fifo_due_s=due_s)
+        ratio = runtime_ratio(self._outcomes, snapshot.running, snapshot.now_s)
+        due = due_times(snapshot, ratio)
+        for key, stamp in due.items():
+            job = stamped(self._pending[key], stamp)
             self._pending[key] = self._states[key].job = job
         # Still unstamped only while the fleet has no GPUs (due_times then stamps none).
         self._unstamped = len(due) < sum(j.fifo_due_s is None for j in snapshot.pending)
@@ -565,6 +567,8 @@ class World:
         record.finish_s = self.now_s
         record.runtime_s = state.full_runtime_s
         self.estimator.observe(state.job, gpu_type, state.full_runtime_s)
+        if state.job.fifo_basis_s:
+            self._outcomes.append(Outcome(state.job.gpus, state.job.fifo_basis_s, record.run_s))
         if self.reestimate:
             self._staleness.observed(state.job)
         self._staleness.forget(key)
