@@ -133,7 +133,7 @@ def random_snapshot(seed: int, policy: QueuePolicy, pending: int) -> Snapshot:
             fields["fifo_due_s"] = due = now + rng.uniform(-20_000, 40_000)
             if rng.random() < 0.8:  # calibrated: the backlog scaled by a ratio (1-GPU drains)
                 fields["fifo_calibrated_due_s"] = now + (due - now) * rng.uniform(0.5, 8.0)
-            if rng.random() < 0.2:  # preempted before: back on the plain budgets
+            if rng.random() < 0.2:  # preempted before: its budgets less what it ran
                 fields["attained_gpu_s"] = rng.uniform(1.0, 5000.0)
         new = policy.placement.first_of_model_alone and rng.random() < 0.3
         if new:  # a job of a model never seen: it runs alone (cpn.core.alone)

@@ -230,13 +230,13 @@ def test_ratio_never_falls_for_a_job_still_running(finished, ages, extra):
 
 
 @pytest.mark.parametrize(
-    ("gpus", "ran_s", "drains"), [(1, 0.0, False), (4, 0.0, True), (1, 5.0, True)]
+    ("gpus", "ran_s", "drains"), [(1, 0.0, False), (4, 0.0, True), (1, 5.0, False)]
 )
 def test_small_jobs_drain_on_calibrated_budgets(gpus: int, ran_s: float, drains: bool):
     """Runtimes ran 10x their estimates: the widest calibrated budget is 10x the plain one,
     so a 1-GPU job that waited 90% of the plain widest budget does not drain yet; a 4-GPU
-    job (at or above calibrate_below_gpus) still drains on the plain budgets, and so does
-    a 1-GPU job that ran before (preempted: what it waits since is cpn's doing)."""
+    job (at or above calibrate_below_gpus) still drains on the plain budgets. A 1-GPU job
+    preempted after 5 s stays on the calibrated ones."""
     policy = QueuePolicy(reservation=Reservation(drain_after_s=None, fifo_share=0.9))
     widest = job("w", submitted_s=0, fifo_due_s=1000.0, fifo_calibrated_due_s=10_000.0)
     j = job("a", gpus=gpus, submitted_s=0, fifo_due_s=100.0, fifo_calibrated_due_s=1000.0)

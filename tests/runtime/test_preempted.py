@@ -102,3 +102,18 @@ def test_a_preemption_moves_the_fifo_due_time_by_what_the_attempt_ran() -> None:
         record.start_s + 145.0,
         record.start_s + 500.0,
     )
+
+
+def test_the_work_a_preempted_job_needed_leaves_out_what_its_preemptions_threw_away() -> None:
+    """For the runtime ratio (cpn.core.fifodue) a job counts the work FIFO would have run:
+    preempted once after 95 s with 90 s checkpointed, then 200 s to the end (10 s of it
+    the restart): 295 s held, less the 5 s lost and the 10 s restart: 280 s."""
+    from cpn.runtime.store import work_s
+
+    _, record = running()
+    preempted(record, record.start_s + 95.0, "for x", RULES)
+    record.actual_s = record.attained_s + 200.0
+    assert work_s(record, RULES.restart_cost_s) == 295.0 - 5.0 - RULES.restart_cost_s
+    never = running()[1]
+    never.actual_s = 300.0
+    assert work_s(never, RULES.restart_cost_s) == 300.0  # never preempted: all of it

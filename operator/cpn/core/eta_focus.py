@@ -224,10 +224,9 @@ class Focus:
         widest: list[int] = []
         if res.enabled and res.drain_fifo and res.fifo_share > 0:
             # Reservations.draining: waited a share of the widest FIFO budget of the
-            # queue (small jobs never run: the widest calibrated one); the focus holds
+            # queue (small jobs: the widest calibrated one); the focus holds
             # the jobs with those budgets, so its plans agree
             small = (self.gpus < res.calibrate_below_gpus) & ~np.isinf(self.calibrated)
-            small &= self.ran <= 0  # a job that ran drains on the plain budgets
             bound = np.zeros(len(self.jobs))
             for dues, these in ((self.due, ~small), (self.calibrated, small)):
                 if not these.any():

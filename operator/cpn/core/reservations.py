@@ -391,10 +391,7 @@ class Reservations:
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
         own FIFO due time). A job of fewer than ``calibrate_below_gpus`` GPUs with a
-        calibrated due time that never ran compares its wait with the longest calibrated
-        budget instead; once preempted it is back on the plain budgets (FIFO would never
-        have stopped it, so what it waits since is cpn's doing, and a job that may wait
-        longer before it drains may be preempted again for longer)."""
+        calibrated due time compares its wait with the longest calibrated budget instead."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
@@ -406,7 +403,6 @@ class Reservations:
                 self._widest_calibrated
                 if job.gpus < res_policy.calibrate_below_gpus
                 and job.fifo_calibrated_due_s is not None
-                and job.attained_gpu_s <= 0
                 else self._widest_fifo_wait
             ):
                 return True

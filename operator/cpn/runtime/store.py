@@ -456,12 +456,22 @@ class Store:
         return replace(snapshot, pending=pending)
 
     def outcomes(self) -> Iterator[Outcome]:
-        """The succeeded jobs stamped with an estimate, for the runtime ratio: the seconds
-        each ran in all its attempts against that estimate."""
+        """The succeeded jobs stamped with an estimate, for the runtime ratio: the work
+        each needed (:func:`work_s`) against that estimate."""
+        restart_s = self.policy.preemption.restart_cost_s
         for record in self.records.values():
             basis = record.fifo_basis_s
             if record.phase == k.PHASE_SUCCEEDED and record.job is not None and basis:
-                yield Outcome(record.job.gpus, basis, record.actual_s)
+                yield Outcome(record.job.gpus, basis, work_s(record, restart_s))
+
+
+def work_s(record: Record, restart_cost_s: float) -> float:
+    """The seconds of work a succeeded job needed, as FIFO (which never preempts) would
+    have run it: what it ran in all its attempts less what its preemptions threw away
+    (compute after the last checkpoint, restarts) and its last attempt's restart."""
+    lost = max(0.0, record.attained_s - record.checkpointed_s)
+    restart = restart_cost_s if record.preemptions else 0.0
+    return max(0.0, record.actual_s - lost - restart)
 
 
 def _synced(record: Record) -> Job:

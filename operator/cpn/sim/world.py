@@ -568,7 +568,8 @@ class World:
         record.runtime_s = state.full_runtime_s
         self.estimator.observe(state.job, gpu_type, state.full_runtime_s)
         if state.job.fifo_basis_s:
-            self._outcomes.append(Outcome(state.job.gpus, state.job.fifo_basis_s, record.run_s))
+            done = Outcome(state.job.gpus, state.job.fifo_basis_s, state.full_runtime_s)
+            self._outcomes.append(done)
         if self.reestimate:
             self._staleness.observed(state.job)
         self._staleness.forget(key)
