@@ -165,7 +165,7 @@ def h100_estimate(hub: Hub, namespace: str, name: str) -> float | None:
     return float(value) if value else None
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(540)
 def test_a_new_gpu_type_is_benchmarked_and_the_predictor_learns_it(
     testbed: Testbed, hub: Hub, added_nodes: list[str]
 ) -> None:
@@ -209,9 +209,9 @@ def test_a_new_gpu_type_is_benchmarked_and_the_predictor_learns_it(
             )
             return estimate if abs(estimate / truth_s - 1) <= 0.10 else None
 
-        wait_for(
+        wait_for(  # the retrain runs beside the operator's cycles: slower on a loaded machine
             close,
-            timeout_s=120,
+            timeout_s=300,
             interval_s=2,
             what=f"an H100 estimate within 10% of {truth_s:.1f} s",
         )
