@@ -70,7 +70,8 @@ class Stamp(NamedTuple):
 
 class Outcome(NamedTuple):
     """A finished job as :func:`runtime_ratio` reads it: its GPUs, the estimated runtime
-    it was stamped with (``Job.fifo_basis_s``) and the seconds it ran in all attempts."""
+    it was stamped with (``Job.fifo_basis_s``) and the work it needed, as FIFO would have
+    run it (what it ran less what preemptions threw away: cpn.runtime.store.work_s)."""
 
     gpus: float
     basis_s: float
