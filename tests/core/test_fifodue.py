@@ -12,9 +12,12 @@ from cpn.core.capacity import Capacity
 from cpn.core.cycle import plan_cycle
 from cpn.core.fifodue import (
     Outcome,
+    ReplayJob,
     Stamp,
     due_times,
     estimated_runtime_s,
+    fifo_replay_s,
+    replay_runtime_s,
     resumed_due_s,
     runtime_ratio,
 )
@@ -249,3 +252,115 @@ def test_small_jobs_drain_on_calibrated_budgets(gpus: int, ran_s: float, drains:
     off = replace(policy, reservation=replace(policy.reservation, calibrate_below_gpus=0))
     res = Reservations(replace(snap, policy=off), Capacity([]), QuotaLedger(off, ()), lambda _: [])
     assert res.draining(j)  # off: every job on the plain budgets
+
+
+# -- FIFO replayed (reservation.fifo_replay) ---------------------------------------------
+
+
+def test_replay_head_of_line_blocks_later_jobs():
+    """Two 4-GPU nodes. A 4-GPU job runs 0-100 on node 0; an 8-GPU job (both nodes whole)
+    waits for it until 100; the 1-GPU job after it could run at once on node 1 but FIFO
+    lets no job pass: it starts at 100 with the big one done at 150, i.e. waits 98."""
+    jobs = [ReplayJob(0, 4, 100), ReplayJob(1, 8, 50), ReplayJob(2, 1, 10)]
+    assert fifo_replay_s(jobs, [4, 4]) == 150 - 2
+    assert fifo_replay_s(jobs[:2], [4, 4]) == 100 - 1
+
+
+def test_replay_places_by_node_not_by_pooled_gpus():
+    """3 GPUs free in total but 2 + 1 on two nodes: a 3-GPU job waits for a node to clear."""
+    jobs = [ReplayJob(0, 2, 100), ReplayJob(0, 3, 100), ReplayJob(5, 3, 10)]
+    # node sizes 4 and 4: the 2-GPU job on node 0, the 3-GPU one on node 1 at once; the
+    # last 3-GPU job fits on neither (2 and 1 free) until the first ends at 100.
+    assert fifo_replay_s(jobs, [4, 4]) == 100 - 5
+
+
+def test_replay_leaves_out_a_job_bigger_than_the_fleet():
+    assert fifo_replay_s([ReplayJob(0, 16, 10), ReplayJob(1, 1, 10)], [4, 4]) == 0
+    assert fifo_replay_s([ReplayJob(0, 1, 10)], []) == 0
+
+
+def test_replay_runtime_is_the_work_once_finished():
+    assert replay_runtime_s(30.0, 100.0, 500.0) == 30.0  # finished: what it needed
+    assert replay_runtime_s(None, 100.0, 40.0) == 100.0  # running within its estimate
+    assert replay_runtime_s(None, 100.0, 400.0) == 400.0  # outran it: at least its age
+
+
+def _brute_force(jobs: list[ReplayJob], node_gpus: list[float]) -> float:
+    """The same rules computed the slow way: at each candidate instant, a node's free
+    GPUs are recounted from every placed job running then."""
+    placed: list[tuple[float, float, list[tuple[int, float]]]] = []  # start, end, alloc
+    last = widest = 0.0
+    for submit, gpus, runtime in sorted(jobs, key=lambda j: j.submit_s):
+        if gpus > sum(node_gpus):
+            continue
+        earliest = max(last, submit)
+        instants = sorted({earliest, *(end for _, end, _ in placed if end > earliest)})
+        for at in instants:
+            free = list(node_gpus)
+            for start, end, alloc in placed:
+                if start <= at < end:
+                    for node, held in alloc:
+                        free[node] -= held
+            if gpus <= max(node_gpus):
+                fits = [n for n, room in enumerate(free) if room >= gpus - 1e-9]
+                alloc = [(fits[0], gpus)] if fits else None
+            else:
+                whole = [n for n, room in enumerate(free) if room >= node_gpus[n] - 1e-9]
+                whole.sort(key=lambda n: -node_gpus[n])
+                alloc, need = [], gpus
+                for n in whole:
+                    if need <= 1e-9:
+                        break
+                    alloc.append((n, node_gpus[n]))
+                    need -= node_gpus[n]
+                alloc = alloc if need <= 1e-9 else None
+            if alloc is not None:
+                placed.append((at, at + runtime, alloc))
+                last = at
+                widest = max(widest, at - submit)
+                break
+    return widest
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.sampled_from([1, 2, 4, 8]), st.integers(1, 40)),
+        max_size=14,
+    ),
+    st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4),
+)
+def test_replay_matches_a_brute_force_fifo(rows, node_gpus):
+    """Property: the replay (event heap) equals recounting every node at every instant."""
+    jobs = [ReplayJob(float(s), float(g), float(r)) for s, g, r in rows]
+    nodes_ = [float(g) for g in node_gpus]
+    assert fifo_replay_s(jobs, nodes_) == pytest.approx(_brute_force(jobs, nodes_))
+
+
+def test_under_fifo_replay_jobs_drain_on_the_replayed_wait():
+    """The pending jobs' budgets say FIFO's longest wait is 1,000 s; the replay says
+    10,000 s. A 4-GPU job that waited 1,000 s drains on the budgets, not on the replay;
+    a 1-GPU job keeps its calibrated budget either way (calibrate_below_gpus 2)."""
+    policy = QueuePolicy(
+        reservation=Reservation(drain_after_s=None, fifo_share=0.9, fifo_replay=True)
+    )
+    widest = job("w", submitted_s=0, fifo_due_s=1000.0, fifo_calibrated_due_s=1000.0)
+    big = job("big", gpus=4, submitted_s=0, fifo_due_s=100.0, fifo_calibrated_due_s=100.0)
+    small = job("small", gpus=1, submitted_s=0, fifo_due_s=100.0, fifo_calibrated_due_s=100.0)
+    snap = snapshot(
+        jobs=[widest, big, small],
+        clusters=[cluster("m", nodes("m", 1))],
+        now_s=1000,
+        policy=policy,
+    )
+
+    def reservations(s):
+        return Reservations(s, Capacity([]), QuotaLedger(s.policy, ()), lambda _: [])
+
+    assert reservations(snap).draining(big)  # not replayed in this snapshot: the budgets
+    replayed = replace(snap, fifo_replay_s=10_000.0)
+    assert not reservations(replayed).draining(big)
+    assert reservations(replace(replayed, now_s=9000)).draining(big)
+    assert reservations(replayed).draining(small)  # calibrated widest 1,000 s, waited 1,000
+    off = replace(policy, reservation=replace(policy.reservation, fifo_replay=False))
+    assert reservations(replace(replayed, policy=off)).draining(big)  # option off: budgets

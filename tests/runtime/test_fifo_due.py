@@ -112,3 +112,25 @@ def test_calibrated_due_times_scale_by_what_succeeded_jobs_ran():
         NOW + 190,
         60.0,
     )
+
+
+def test_fifo_replay_is_in_the_snapshot_under_the_policy_and_renewed_hourly():
+    """With reservation.fifo_replay the snapshot carries FIFO's longest wait replayed over
+    the records: three 1-GPU jobs of 60 s on 2 GPUs, submitted together: the third waits
+    for the first to end, 60 s less the 20 s it was submitted after it. Later records join
+    the replay only once REPLAY_EVERY_S has passed; without the option nothing is replayed."""
+    from dataclasses import replace
+
+    from cpn.core.fifodue import REPLAY_EVERY_S
+    from cpn.core.policy import Reservation
+
+    s = store()
+    assert s.snapshot(NOW, FLEET, {}).fifo_replay_s is None  # option off
+    s.policy = replace(s.policy, reservation=Reservation(fifo_replay=True))
+    for name, created in (("a", "00:00"), ("b", "00:10"), ("c", "00:20")):
+        upsert(s, aijob(name, f"uid-{name}", f"2026-01-01T00:{created}Z"), user="u", group="g")
+    assert s.snapshot(NOW, FLEET, {}).fifo_replay_s == 60 - 20
+    upsert(s, aijob("d", "uid-d", "2026-01-01T00:00:05Z"), user="u", group="g")
+    assert s.snapshot(NOW + 10, FLEET, {}).fifo_replay_s == 60 - 20  # not renewed yet
+    # d, submitted at 5 s, now runs beside a: b waits until a ends (50 s), c until d (45 s)
+    assert s.snapshot(NOW + REPLAY_EVERY_S, FLEET, {}).fifo_replay_s == 50

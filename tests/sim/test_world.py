@@ -351,3 +351,29 @@ def test_each_job_is_stamped_its_fifo_due_time_once_when_first_seen(recorder):
         "b": [pytest.approx(9 + 8 * 991 / 8)],
         "c": [pytest.approx(10 + (8 * 990 + 4 * 500) / 8)],
     }
+
+
+def test_fifo_replay_is_renewed_hourly_over_every_job_seen(recorder):
+    """Under reservation.fifo_replay each snapshot carries FIFO's longest wait replayed over
+    the jobs seen: 0 while only ``a`` is known at the first snapshot, kept until an hour
+    has passed; at 4,000 s (d arrives) replayed again: b and c waited for a's whole node
+    pair, b 1000 - 9 s. Without the option no snapshot carries it."""
+    from dataclasses import replace as replace_
+
+    from cpn.core.policy import Reservation
+
+    jobs = [
+        tjob("a", submit_s=0, gpus=8, duration_s=1000),
+        tjob("c", submit_s=10, gpus=4, duration_s=300),
+        tjob("b", submit_s=9, gpus=4, duration_s=500),
+        tjob("d", submit_s=4000, gpus=1, duration_s=10),
+    ]
+    policy = replace_(POLICY, reservation=Reservation(fifo_replay=True))
+    plan, seen = recorder(greedy_plan)
+    world(jobs, plan=plan, policy=policy).run()
+    replayed = {snap.now_s: snap.fifo_replay_s for snap in seen}
+    assert all(value == 0.0 for now, value in replayed.items() if now < 3600)
+    assert replayed[4000.0] == pytest.approx(1000 - 9)
+    plan, seen = recorder(greedy_plan)
+    world(jobs, plan=plan).run()
+    assert {snap.fifo_replay_s for snap in seen} == {None}

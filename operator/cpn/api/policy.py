@@ -123,6 +123,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_fifo": boolean,
     "fifo_share": number(0.0, 1.0),
     "calibrate_below_gpus": number(0.0, MAX_GPUS),
+    "fifo_replay": boolean,
     "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {

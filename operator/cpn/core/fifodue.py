@@ -32,12 +32,20 @@ Under ``reservation.calibrate_below_gpus`` the small jobs drain on calibrated bu
 lead a job needing several GPUs of one node needs for its room to clear. A preemption
 does not move the calibrated due time: what stopped attempts ran counts against the
 calibrated budget, so a small job preempted again and again drains sooner.
+
+A budget is an estimate made once, at arrival. With ``reservation.fifo_replay`` the
+limit is instead re-derived from what has happened since: :func:`fifo_replay_s` replays
+strict FIFO over every job seen so far on the fleet's nodes, each job with the work it
+needed once it finished, else the larger of its stamped estimate and what it has run
+(:func:`replay_runtime_s`), to the end of the jobs known; the longest wait it imposes
+is the limit every job measures its wait against.
 """
 
 from __future__ import annotations
 
+import heapq
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -173,3 +181,80 @@ def widest_fifo_wait(jobs: Iterable[Job], calibrated: bool = False) -> float:
 def resumed_due_s(due_s: float | None, ran_s: float) -> float | None:
     """The due time of a job preempted after running ``ran_s`` seconds in its attempt."""
     return None if due_s is None else due_s + max(ran_s, 0.0)
+
+
+REPLAY_EVERY_S = 3600.0
+"""How often the simulator and the operator replay FIFO (:func:`fifo_replay_s`)."""
+
+
+class ReplayJob(NamedTuple):
+    """A job as :func:`fifo_replay_s` replays it."""
+
+    submit_s: float
+    gpus: float
+    runtime_s: float
+
+
+def replay_runtime_s(work_s: float | None, basis_s: float, ran_s: float) -> float:
+    """A job's runtime in the FIFO replay: the work it needed once it finished
+    (``work_s``), else the larger of its estimate and what it has run so far."""
+    return work_s if work_s is not None else max(basis_s, ran_s)
+
+
+def fifo_replay_s(jobs: Iterable[ReplayJob], node_gpus: Sequence[float]) -> float:
+    """The longest wait strict FIFO imposes on ``jobs``, replayed on nodes of
+    ``node_gpus`` GPUs until every one of them has started.
+
+    In submit order (ties in the given order), each job starts at the first instant, no
+    earlier than its submit time nor than the job before it started (no job passes
+    another), where it fits: a job of at most one node's GPUs on the first node with
+    that many free, a bigger one on whole free nodes, largest first. A job that fits
+    nowhere even on an empty fleet is left out. 0 with no job or no node.
+    """
+    free = [float(g) for g in node_gpus]
+    if not free:
+        return 0.0
+    biggest, total = max(free), sum(free)
+    ends: list[tuple[float, int, tuple[tuple[int, float], ...]]] = []
+    clock = widest = 0.0
+    for seq, (submit_s, gpus, runtime_s) in enumerate(sorted(jobs, key=lambda j: j.submit_s)):
+        if gpus > total:
+            continue
+        clock = max(clock, submit_s)
+        while True:
+            while ends and ends[0][0] <= clock:
+                for node, held in heapq.heappop(ends)[2]:
+                    free[node] += held
+            alloc = _first_fit(free, node_gpus, biggest, gpus)
+            if alloc is not None or not ends:
+                break
+            clock = ends[0][0]
+        if alloc is None:
+            continue
+        widest = max(widest, clock - submit_s)
+        for node, held in alloc:
+            free[node] -= held
+        heapq.heappush(ends, (clock + runtime_s, seq, alloc))
+    return widest
+
+
+def _first_fit(
+    free: list[float], node_gpus: Sequence[float], biggest: float, gpus: float
+) -> tuple[tuple[int, float], ...] | None:
+    """Where :func:`fifo_replay_s` places a job of ``gpus`` GPUs now, None if nowhere."""
+    if gpus <= biggest:
+        for node, room in enumerate(free):
+            if room >= gpus - 1e-9:
+                return ((node, gpus),)
+        return None
+    whole = sorted(
+        (n for n, room in enumerate(free) if room >= node_gpus[n] - 1e-9),
+        key=lambda n: -node_gpus[n],
+    )
+    alloc, need = [], gpus
+    for node in whole:
+        if need <= 1e-9:
+            break
+        alloc.append((node, float(node_gpus[node])))
+        need -= node_gpus[node]
+    return tuple(alloc) if need <= 1e-9 else None

@@ -228,6 +228,9 @@ class Snapshot:
     data_cache: Mapping[str, ClusterCache] = field(default_factory=lambda: MappingProxyType({}))
     # past usage for fair share and budgets (cpn.core.fairshare); None: none known
     usage: Usage | None = None
+    # the longest wait strict FIFO imposes on the jobs seen so far, replayed at most
+    # fifodue.REPLAY_EVERY_S ago (cpn.core.fifodue.fifo_replay_s); None: not replayed
+    fifo_replay_s: float | None = None
 
     def link_gbps(self, src: str, dst: str) -> float | None:
         """Bandwidth between two clusters (symmetric); None when no link."""

@@ -155,6 +155,11 @@ class Reservation:
     A job needing fewer than ``calibrate_below_gpus`` GPUs measures both its wait and that
     longest budget in calibrated budgets (``Job.fifo_calibrated_due_s``: the backlog
     scaled by how much longer than estimated started jobs have run); 0 turns this off.
+    With ``fifo_replay`` (and ``fifo_share`` above 0) a job of ``calibrate_below_gpus``
+    GPUs or more measures its wait instead against the longest wait strict FIFO imposes
+    on the jobs seen so far, replayed on the fleet's nodes with what they really ran
+    (``Snapshot.fifo_replay_s``, :func:`cpn.core.fifodue.fifo_replay_s`), whenever the
+    snapshot carries it.
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
@@ -180,6 +185,7 @@ class Reservation:
     drain_fifo: bool = True
     fifo_share: float = 0.9
     calibrate_below_gpus: float = 2.0
+    fifo_replay: bool = False
     hedge_nodes: float = 1.0
 
 

@@ -69,6 +69,8 @@ class Reservations:
         self.quota = quota
         self.cands_of = cands_of
         self._pending = snapshot.pending
+        replay = snapshot.fifo_replay_s
+        self._replay_s = replay if snapshot.policy.reservation.fifo_replay else None
         self.held: list[Reserved] = []
         self.heads: set[str] = set()  # per level, the first-ranked job that fits nowhere
         self.dropped = 0  # reservations dropped as starts put their holders over quota
@@ -391,7 +393,9 @@ class Reservations:
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
         own FIFO due time). A job of fewer than ``calibrate_below_gpus`` GPUs with a
-        calibrated due time compares its wait with the longest calibrated budget instead."""
+        calibrated due time compares its wait with the longest calibrated budget instead;
+        under ``reservation.fifo_replay`` the others compare it with FIFO's replayed
+        longest wait (:attr:`_fifo_limit`)."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
@@ -403,7 +407,7 @@ class Reservations:
                 self._widest_calibrated
                 if job.gpus < res_policy.calibrate_below_gpus
                 and job.fifo_calibrated_due_s is not None
-                else self._widest_fifo_wait
+                else self._fifo_limit
             ):
                 return True
         after = res_policy.drain_after_s
@@ -413,14 +417,14 @@ class Reservations:
 
     def behind(self, res: Reserved) -> bool:
         """True if ``res``'s job drains, its wait bound has run out and ``res`` starts
-        after it: the bound is its submit time plus what it ran plus the widest FIFO wait
-        budget of the pending jobs (under ``fifo_share``), else its FIFO due time
+        after it: the bound is its submit time plus what it ran plus FIFO's longest wait
+        (:attr:`_fifo_limit`, under ``fifo_share``), else its FIFO due time
         (``preemption.for_overdue``)."""
         job = res.job
         if not self.draining(job):
             return False
         if self.policy.reservation.fifo_share > 0:
-            bound = job.submit_s + ran_s(job) + self._widest_fifo_wait
+            bound = job.submit_s + ran_s(job) + self._fifo_limit
         elif job.fifo_due_s is not None:
             bound = job.fifo_due_s
         else:
@@ -441,6 +445,13 @@ class Reservations:
     def _widest_fifo_wait(self) -> float:
         """The longest FIFO wait budget of the pending jobs (:func:`widest_fifo_wait`)."""
         return widest_fifo_wait(self._pending)
+
+    @property
+    def _fifo_limit(self) -> float:
+        """FIFO's longest wait as the jobs of ``calibrate_below_gpus`` GPUs or more see
+        it: replayed (``reservation.fifo_replay``, when the snapshot carries it), else the
+        longest budget of the pending jobs."""
+        return self._widest_fifo_wait if self._replay_s is None else self._replay_s
 
     @cached_property
     def _widest_calibrated(self) -> float:

@@ -27,7 +27,19 @@ from cpn.core.estimator import Estimator
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.fairshare import FairShare
-from cpn.core.fifodue import Outcome, due_times, resumed_due_s, runtime_ratio, stamped
+from cpn.core.fifodue import (
+    REPLAY_EVERY_S,
+    Outcome,
+    ReplayJob,
+    due_times,
+    estimated_runtime_s,
+    fifo_replay_s,
+    ran_s,
+    replay_runtime_s,
+    resumed_due_s,
+    runtime_ratio,
+    stamped,
+)
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
@@ -199,6 +211,7 @@ class World:
         self._needs: dict[float, int] = {}  # GPUs one worker needs -> pending jobs needing it
         self._unstamped = False  # a pending job has no FIFO due time yet
         self._outcomes: list[Outcome] = []  # finished jobs, for the runtime ratio
+        self._replayed: tuple[float, float] | None = None  # (when, FIFO's longest wait)
         self.skip_full_cycles = skip_full_cycles
         self._skipped = 0
         self._running: dict[str, Running] = {}
@@ -413,7 +426,26 @@ class World:
         )
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
+        if self.policy.reservation.fifo_replay:
+            snapshot = replace(snapshot, fifo_replay_s=self._fifo_replay(snapshot))
         return snapshot
+
+    def _fifo_replay(self, snapshot: Snapshot) -> float:
+        """FIFO's longest wait over the jobs admitted so far (:func:`fifo_replay_s`),
+        replayed again once :data:`REPLAY_EVERY_S` has passed, as the operator does."""
+        if self._replayed is None or self.now_s >= self._replayed[0] + REPLAY_EVERY_S:
+            rows = []
+            for state in self._states.values():
+                job = state.job
+                ran = ran_s(job)
+                if state.running is not None:
+                    ran += self.now_s - state.running.start_s
+                done = state.full_runtime_s if state.record.finish_s is not None else None
+                basis = job.fifo_basis_s or estimated_runtime_s(job)
+                rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
+            nodes = [node.gpus for cluster in snapshot.clusters for node in cluster.nodes]
+            self._replayed = (self.now_s, fifo_replay_s(rows, nodes))
+        return self._replayed[1]
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with a FIFO due time on each pending job first seen in it
