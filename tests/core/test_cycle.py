@@ -585,6 +585,32 @@ def test_a_preempted_jobs_running_time_is_not_waiting():
     assert not reservations.reserves(ran) and reservations.reserves(fresh)
 
 
+@pytest.mark.parametrize(
+    ("gpus", "whole_node", "want"), [(4, True, False), (8, True, True), (4, False, True)]
+)
+def test_max_wait_whole_node_keeps_the_long_wait_reservation_for_whole_node_jobs(
+    gpus: int, whole_node: bool, want: bool
+):
+    """aging.max_wait_whole_node: on 8-GPU nodes a 4-GPU job that waited past max_wait_s
+    takes no reservation for it; an 8-GPU one does; without the option both do."""
+    from cpn.core.capacity import Capacity
+    from cpn.core.policy import Reservation
+    from cpn.core.quota import QuotaLedger
+    from cpn.core.reservations import Reservations
+
+    policy = QueuePolicy(
+        name="p",
+        aging=Aging(max_wait_s=6 * 3600, max_wait_whole_node=whole_node),
+        reservation=Reservation(drain_fifo=False, drain_after_s=None),
+    )
+    waited = job("waited", gpus=gpus)
+    fleet = [cluster("m", nodes("m", 2, gpus=8))]
+    snap = snapshot(jobs=[waited], clusters=fleet, now_s=7 * 3600, policy=policy)
+    capacity, quota = Capacity.from_snapshot(snap), QuotaLedger(policy, ())
+    reservations = Reservations(snap, capacity, quota, cands_of=lambda _: [])
+    assert reservations.reserves(waited) == want
+
+
 def test_a_higher_priority_job_preempts_whatever_its_runtime():
     """shorter_by compares runtimes only between jobs of one priority: a higher-priority
     job preempts on rank and price alone, even when it is expected to run as long."""

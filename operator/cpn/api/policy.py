@@ -110,6 +110,7 @@ _LEVEL: Mapping[str, Parser] = {
 _AGING: Mapping[str, Parser] = {
     "rate": number(0.0, MAX_WEIGHT),
     "max_wait_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
+    "max_wait_whole_node": boolean,
 }
 _RESERVATION: Mapping[str, Parser] = {
     "enabled": boolean,

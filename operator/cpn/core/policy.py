@@ -109,10 +109,16 @@ class Aging:
     ``rate`` is 0 by default: waits are bounded by draining (``Reservation.drain_fifo``),
     which has a stated bound, and a wait term in the formula would rank a long job that
     waited ahead of short ones that could have run before it and still let it start in
-    time (GPU-seconds of runtime against seconds of wait: no rate suits every workload)."""
+    time (GPU-seconds of runtime against seconds of wait: no rate suits every workload).
+
+    With ``max_wait_whole_node`` the ``max_wait_s`` reservation is only for jobs that
+    need a whole node or more (at least as many GPUs as the fleet's largest node): their
+    room clears only when every job on a node ends, while a smaller job finds room
+    wherever a GPU frees; the drain limit bounds every job's wait either way."""
 
     rate: float = 0.0
     max_wait_s: float | None = 6 * 3600.0
+    max_wait_whole_node: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,6 +69,7 @@ class Reservations:
         self.quota = quota
         self.cands_of = cands_of
         self._pending = snapshot.pending
+        self._clusters = snapshot.clusters
         replay = snapshot.fifo_replay_s
         self._replay_s = replay if snapshot.policy.reservation.fifo_replay else None
         self.held: list[Reserved] = []
@@ -375,17 +376,27 @@ class Reservations:
 
     def reserves(self, job: Job) -> bool:
         """True if ``job``, when blocked, may hold a reservation: it is big, has waited
-        ``aging.max_wait_s`` or drains (:meth:`reserve_ahead`, :meth:`_reserve`)."""
+        ``aging.max_wait_s`` (under ``aging.max_wait_whole_node``: and needs a whole node)
+        or drains (:meth:`reserve_ahead`, :meth:`_reserve`)."""
         res_policy = self.policy.reservation
         if not res_policy.enabled:
             return False
-        max_wait = self.policy.aging.max_wait_s
+        aging = self.policy.aging
         return (
             job.gpus >= res_policy.min_gpus
             or job.key in self.heads
-            or (max_wait is not None and self.waited(job) >= max_wait)
+            or (
+                aging.max_wait_s is not None
+                and self.waited(job) >= aging.max_wait_s
+                and (not aging.max_wait_whole_node or job.gpus >= self._largest_node)
+            )
             or self.draining(job)
         )
+
+    @cached_property
+    def _largest_node(self) -> float:
+        """GPUs of the fleet's largest node (``aging.max_wait_whole_node``)."""
+        return max((n.gpus for c in self._clusters for n in c.nodes), default=0.0)
 
     def draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
