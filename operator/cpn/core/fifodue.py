@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -199,6 +199,22 @@ def replay_runtime_s(work_s: float | None, basis_s: float, ran_s: float) -> floa
     """A job's runtime in the FIFO replay: the work it needed once it finished
     (``work_s``), else the larger of its estimate and what it has run so far."""
     return work_s if work_s is not None else max(basis_s, ran_s)
+
+
+class Replayer:
+    """FIFO's longest wait (:func:`fifo_replay_s`) over the jobs ``rows()`` gives, on the
+    snapshot's nodes, replayed again once :data:`REPLAY_EVERY_S` has passed: what the
+    simulator and the operator put in ``Snapshot.fifo_replay_s``."""
+
+    def __init__(self) -> None:
+        self._at: float | None = None
+        self._value = 0.0
+
+    def longest_wait_s(self, snapshot: Snapshot, rows: Callable[[], Iterable[ReplayJob]]) -> float:
+        if self._at is None or snapshot.now_s >= self._at + REPLAY_EVERY_S:
+            nodes = [node.gpus for cluster in snapshot.clusters for node in cluster.nodes]
+            self._at, self._value = snapshot.now_s, fifo_replay_s(rows(), nodes)
+        return self._value
 
 
 def fifo_replay_s(jobs: Iterable[ReplayJob], node_gpus: Sequence[float]) -> float:

@@ -70,8 +70,8 @@ class Reservations:
         self.cands_of = cands_of
         self._pending = snapshot.pending
         self._clusters = snapshot.clusters
-        replay = snapshot.fifo_replay_s
-        self._replay_s = replay if snapshot.policy.reservation.fifo_replay else None
+        fifo_replay = snapshot.policy.reservation.fifo_replay
+        self._replay_s = snapshot.fifo_replay_s if fifo_replay else None
         self.held: list[Reserved] = []
         self.heads: set[str] = set()  # per level, the first-ranked job that fits nowhere
         self.dropped = 0  # reservations dropped as starts put their holders over quota

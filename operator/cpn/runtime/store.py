@@ -22,12 +22,11 @@ from cpn.core.delegated import Delegated, with_delegated
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
 from cpn.core.fifodue import (
-    REPLAY_EVERY_S,
     Outcome,
+    Replayer,
     ReplayJob,
     due_times,
     estimated_runtime_s,
-    fifo_replay_s,
     replay_runtime_s,
     resumed_due_s,
     runtime_ratio,
@@ -178,7 +177,7 @@ class Store:
         #: every waiting job is estimated again at the next change of knowledge (not only the
         #: unseen): set when the predictor learns a benchmark, which changes a whole GPU type
         self.refresh_all_due = False
-        self._replayed: tuple[float, float] | None = None  # (when, FIFO's longest wait)
+        self._replayer = Replayer()  # Snapshot.fifo_replay_s, renewed hourly
 
     def owner_of(self, namespace: str) -> tuple[str, str]:
         """User and group of a namespace: the policy's mapping, then its labels, then its name."""
@@ -447,17 +446,14 @@ class Store:
         )
         snapshot = self._stamp_due(snapshot)
         if self.policy.reservation.fifo_replay:
-            snapshot = replace(snapshot, fifo_replay_s=self._fifo_replay(snapshot))
+            replayed = self._replayer.longest_wait_s(snapshot, lambda: self._replay_rows(now_s))
+            snapshot = replace(snapshot, fifo_replay_s=replayed)
         return snapshot
 
-    def _fifo_replay(self, snapshot: Snapshot) -> float:
-        """FIFO's longest wait over every AIJob known (:func:`fifo_replay_s`), replayed
-        again once :data:`REPLAY_EVERY_S` has passed, as the simulator does: a succeeded
-        job with the work it needed, a failed one with what it ran, the others with the
-        larger of their estimate and what they have run so far."""
-        now = snapshot.now_s
-        if self._replayed is not None and now < self._replayed[0] + REPLAY_EVERY_S:
-            return self._replayed[1]
+    def _replay_rows(self, now_s: float) -> list[ReplayJob]:
+        """Every AIJob known as the FIFO replay runs it (:func:`replay_runtime_s`), as the
+        simulator does: a succeeded job with the work it needed, a failed one with what it
+        ran, the others with the larger of their estimate and what they have run so far."""
         restart_s = self.policy.preemption.restart_cost_s
         rows = []
         for record in self.records.values():
@@ -472,12 +468,10 @@ class Store:
                 done = record.attained_s + max(0.0, last)
             ran = record.attained_s
             if record.phase == k.PHASE_RUNNING:
-                ran += max(0.0, now - record.start_s)
+                ran += max(0.0, now_s - record.start_s)
             basis = record.fifo_basis_s or estimated_runtime_s(job)
             rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
-        nodes = [node.gpus for cluster in snapshot.clusters for node in cluster.nodes]
-        self._replayed = (now, fifo_replay_s(rows, nodes))
-        return self._replayed[1]
+        return rows
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with FIFO due times on each pending job that enters a cycle without

@@ -28,12 +28,11 @@ from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.fairshare import FairShare
 from cpn.core.fifodue import (
-    REPLAY_EVERY_S,
     Outcome,
+    Replayer,
     ReplayJob,
     due_times,
     estimated_runtime_s,
-    fifo_replay_s,
     ran_s,
     replay_runtime_s,
     resumed_due_s,
@@ -211,7 +210,7 @@ class World:
         self._needs: dict[float, int] = {}  # GPUs one worker needs -> pending jobs needing it
         self._unstamped = False  # a pending job has no FIFO due time yet
         self._outcomes: list[Outcome] = []  # finished jobs, for the runtime ratio
-        self._replayed: tuple[float, float] | None = None  # (when, FIFO's longest wait)
+        self._replayer = Replayer()  # Snapshot.fifo_replay_s, renewed hourly
         self.skip_full_cycles = skip_full_cycles
         self._skipped = 0
         self._running: dict[str, Running] = {}
@@ -427,25 +426,23 @@ class World:
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
         if self.policy.reservation.fifo_replay:
-            snapshot = replace(snapshot, fifo_replay_s=self._fifo_replay(snapshot))
+            snapshot = replace(
+                snapshot, fifo_replay_s=self._replayer.longest_wait_s(snapshot, self._replay_rows)
+            )
         return snapshot
 
-    def _fifo_replay(self, snapshot: Snapshot) -> float:
-        """FIFO's longest wait over the jobs admitted so far (:func:`fifo_replay_s`),
-        replayed again once :data:`REPLAY_EVERY_S` has passed, as the operator does."""
-        if self._replayed is None or self.now_s >= self._replayed[0] + REPLAY_EVERY_S:
-            rows = []
-            for state in self._states.values():
-                job = state.job
-                ran = ran_s(job)
-                if state.running is not None:
-                    ran += self.now_s - state.running.start_s
-                done = state.full_runtime_s if state.record.finish_s is not None else None
-                basis = job.fifo_basis_s or estimated_runtime_s(job)
-                rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
-            nodes = [node.gpus for cluster in snapshot.clusters for node in cluster.nodes]
-            self._replayed = (self.now_s, fifo_replay_s(rows, nodes))
-        return self._replayed[1]
+    def _replay_rows(self) -> list[ReplayJob]:
+        """Every admitted job as the FIFO replay runs it (:func:`replay_runtime_s`)."""
+        rows = []
+        for state in self._states.values():
+            job = state.job
+            ran = ran_s(job)
+            if state.running is not None:
+                ran += self.now_s - state.running.start_s
+            done = state.full_runtime_s if state.record.finish_s is not None else None
+            basis = job.fifo_basis_s or estimated_runtime_s(job)
+            rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
+        return rows
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with a FIFO due time on each pending job first seen in it
