@@ -568,6 +568,47 @@ def test_a_victim_that_would_reserve_its_room_back_is_not_preempted(min_gpus: in
     assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
 
 
+@pytest.mark.parametrize(
+    ("waited_before_s", "protect", "preempted"),
+    [
+        (0.0, 0.5, True),  # never waited: rank decides
+        (6_000.0, 0.5, False),  # waited 6,000 s of FIFO's longest 10,000 before it started
+        (6_000.0, 0.7, True),  # under 0.7 of it
+        (6_000.0, None, True),  # option off
+    ],
+)
+def test_a_victim_that_waited_a_share_of_fifos_longest_wait_is_not_preempted_for_rank(
+    waited_before_s: float, protect: float | None, preempted: bool
+):
+    """preemption.protect_waited_share: a checkpointing job that waited that share of FIFO's
+    longest wait (replayed: 10,000 s) before its attempt is not stopped for a shorter job;
+    requeued, it would have only the rest of the limit left."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    submitted = 20_000.0 - waited_before_s
+    veteran = job(
+        "veteran", gpus=4, runtime_s=40_000.0, checkpoint=True, submitted_s=submitted,
+        fifo_due_s=submitted + 30_000.0, fifo_calibrated_due_s=submitted + 30_000.0,
+    )  # fmt: skip
+    r = running(veteran, "m", A100, ("m-0",), start_s=20_000.0, end_s=60_000.0)
+    policy = QueuePolicy(
+        name="p",
+        preemption=Preemption(enabled=True, protect_waited_share=protect),
+        reservation=Reservation(fifo_replay=True, drain_after_s=None),
+    )
+    snap = snapshot(
+        jobs=[job("fresh", gpus=4, runtime_s=600.0, submitted_s=21_000.0)],
+        clusters=[c],
+        running_jobs=[r],
+        now_s=21_000.0,
+        policy=policy,
+        fifo_replay_s=10_000.0,
+    )
+    want = [("veteran", "fresh")] if preempted else []
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
+
+
 def test_a_preempted_jobs_running_time_is_not_waiting():
     """aging.max_wait_s counts waiting only: a job submitted 10 h ago that ran 9 h of it
     has waited 1 h and takes no long-wait reservation (6 h) yet."""

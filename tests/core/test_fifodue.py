@@ -13,10 +13,12 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.fifodue import (
     Outcome,
     ReplayJob,
+    ReplayNode,
     Stamp,
     due_times,
     estimated_runtime_s,
     fifo_replay_s,
+    replay_nodes,
     replay_runtime_s,
     resumed_due_s,
     runtime_ratio,
@@ -285,35 +287,45 @@ def test_replay_runtime_is_the_work_once_finished():
     assert replay_runtime_s(None, 100.0, 400.0) == 400.0  # outran it: at least its age
 
 
-def _brute_force(jobs: list[ReplayJob], node_gpus: list[float]) -> float:
+def _brute_force(jobs: list[ReplayJob], fleet: list[ReplayNode]) -> float:
     """The same rules computed the slow way: at each candidate instant, a node's free
     GPUs are recounted from every placed job running then."""
     placed: list[tuple[float, float, list[tuple[int, float]]]] = []  # start, end, alloc
     last = widest = 0.0
+    sizes = [n.gpus for n in fleet]
+    groups = list(dict.fromkeys(n.group for n in fleet))
+    group_gpus = {g: sum(n.gpus for n in fleet if n.group == g) for g in groups}
     for submit, gpus, runtime in sorted(jobs, key=lambda j: j.submit_s):
-        if gpus > sum(node_gpus):
+        if gpus > max(sizes) and gpus > max(group_gpus.values()):
             continue
         earliest = max(last, submit)
         instants = sorted({earliest, *(end for _, end, _ in placed if end > earliest)})
         for at in instants:
-            free = list(node_gpus)
+            free = list(sizes)
             for start, end, alloc in placed:
                 if start <= at < end:
                     for node, held in alloc:
                         free[node] -= held
-            if gpus <= max(node_gpus):
+            alloc = None
+            if gpus <= max(sizes):
                 fits = [n for n, room in enumerate(free) if room >= gpus - 1e-9]
                 alloc = [(fits[0], gpus)] if fits else None
-            else:
-                whole = [n for n, room in enumerate(free) if room >= node_gpus[n] - 1e-9]
-                whole.sort(key=lambda n: -node_gpus[n])
-                alloc, need = [], gpus
+            for group in groups if gpus > max(sizes) else ():
+                whole = [
+                    n
+                    for n, room in enumerate(free)
+                    if fleet[n].group == group and room >= sizes[n] - 1e-9
+                ]
+                whole.sort(key=lambda n: -sizes[n])
+                taken, need = [], gpus
                 for n in whole:
                     if need <= 1e-9:
                         break
-                    alloc.append((n, node_gpus[n]))
-                    need -= node_gpus[n]
-                alloc = alloc if need <= 1e-9 else None
+                    taken.append((n, sizes[n]))
+                    need -= sizes[n]
+                if need <= 1e-9:
+                    alloc = taken
+                    break
             if alloc is not None:
                 placed.append((at, at + runtime, alloc))
                 last = at
@@ -328,19 +340,51 @@ def _brute_force(jobs: list[ReplayJob], node_gpus: list[float]) -> float:
         st.tuples(st.integers(0, 50), st.sampled_from([1, 2, 4, 8]), st.integers(1, 40)),
         max_size=14,
     ),
-    st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4),
+    st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from("ab")), min_size=1, max_size=4),
 )
-def test_replay_matches_a_brute_force_fifo(rows, node_gpus):
-    """Property: the replay (event heap) equals recounting every node at every instant."""
+def test_replay_matches_a_brute_force_fifo(rows, node_rows):
+    """Property: the replay (event heap) equals recounting every node at every instant,
+    on nodes of two groups (a job bigger than a node takes whole nodes of one group)."""
     jobs = [ReplayJob(float(s), float(g), float(r)) for s, g, r in rows]
-    nodes_ = [float(g) for g in node_gpus]
-    assert fifo_replay_s(jobs, nodes_) == pytest.approx(_brute_force(jobs, nodes_))
+    fleet = [ReplayNode(float(g), group) for g, group in node_rows]
+    assert fifo_replay_s(jobs, fleet) == pytest.approx(_brute_force(jobs, fleet))
+
+
+def test_replay_places_a_gang_on_whole_nodes_of_one_group():
+    """Two 4-GPU nodes in two clusters hold no 8-GPU job (left out); two in one cluster
+    do, once the 4-GPU job on one of them ends at 100."""
+    apart = [ReplayNode(4, "a/V100"), ReplayNode(4, "b/V100")]
+    together = [ReplayNode(4, "a/V100"), ReplayNode(4, "a/V100")]
+    jobs = [ReplayJob(0, 4, 100), ReplayJob(1, 8, 10)]
+    assert fifo_replay_s(jobs, apart) == 0
+    assert fifo_replay_s(jobs, together) == 100 - 1
+
+
+def test_replay_nodes_follow_first_fit_order():
+    """FIFO's first-fit tries clusters by name, then GPU types: the replay fills its
+    nodes in that order, whatever order the snapshot lists them in."""
+    snap = snapshot(
+        clusters=[
+            cluster("valley", nodes("valley", 1, gpu_type=V100, gpus=8)),
+            cluster(
+                "coast",
+                nodes("coast", 1, gpu_type=K80, gpus=4),
+                nodes("coast", 1, gpu_type=A100, gpus=2, prefix="coast-a"),
+            ),
+        ]
+    )
+    assert replay_nodes(snap) == [
+        ReplayNode(2, f"coast/{A100}"),
+        ReplayNode(4, f"coast/{K80}"),
+        ReplayNode(8, f"valley/{V100}"),
+    ]
 
 
 def test_under_fifo_replay_jobs_drain_on_the_replayed_wait():
     """The pending jobs' budgets say FIFO's longest wait is 1,000 s; the replay says
     10,000 s. A 4-GPU job that waited 1,000 s drains on the budgets, not on the replay;
-    a 1-GPU job keeps its calibrated budget either way (calibrate_below_gpus 2)."""
+    a 1-GPU job (calibrate_below_gpus 2) drains on the larger of its calibrated widest
+    budget (1,000 s) and the replay: the calibrated budget alone without the replay."""
     policy = QueuePolicy(
         reservation=Reservation(drain_after_s=None, fifo_share=0.9, fifo_replay=True)
     )
@@ -361,6 +405,12 @@ def test_under_fifo_replay_jobs_drain_on_the_replayed_wait():
     replayed = replace(snap, fifo_replay_s=10_000.0)
     assert not reservations(replayed).draining(big)
     assert reservations(replace(replayed, now_s=9000)).draining(big)
-    assert reservations(replayed).draining(small)  # calibrated widest 1,000 s, waited 1,000
+    assert reservations(snap).draining(small)  # calibrated widest 1,000 s, waited 1,000
+    assert not reservations(replayed).draining(small)  # the replay's 10,000 s is larger
+    assert reservations(replace(replayed, now_s=9000)).draining(small)
+    low = replace(snap, fifo_replay_s=500.0)  # a replay below the calibrated budget
+    assert reservations(low).draining(small) and not reservations(replace(low, now_s=800)).draining(
+        small
+    )
     off = replace(policy, reservation=replace(policy.reservation, fifo_replay=False))
     assert reservations(replace(replayed, policy=off)).draining(big)  # option off: budgets

@@ -146,6 +146,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "min_run_s": number(0.0, MAX_DURATION_S),
     "shorter_by": number(1.0, 1e6),
     "for_overdue": boolean,
+    "protect_waited_share": number(0.0, 1.0, above=True, nullable=True),
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

@@ -201,6 +201,24 @@ def replay_runtime_s(work_s: float | None, basis_s: float, ran_s: float) -> floa
     return work_s if work_s is not None else max(basis_s, ran_s)
 
 
+class ReplayNode(NamedTuple):
+    """A node as :func:`fifo_replay_s` fills it: its GPUs and its group (the cluster and
+    GPU type it belongs to: a job bigger than one node takes whole nodes of one group)."""
+
+    gpus: float
+    group: str = ""
+
+
+def replay_nodes(snapshot: Snapshot) -> list[ReplayNode]:
+    """The fleet's nodes in the order FIFO's first-fit placement tries them: by cluster
+    name, then GPU type, then as listed."""
+    return [
+        ReplayNode(float(node.gpus), f"{cluster.name}/{node.gpu_type}")
+        for cluster in sorted(snapshot.clusters, key=lambda c: c.name)
+        for node in sorted(cluster.nodes, key=lambda n: n.gpu_type)
+    ]
+
+
 class Replayer:
     """FIFO's longest wait (:func:`fifo_replay_s`) over the jobs ``rows()`` gives, on the
     snapshot's nodes, replayed again once :data:`REPLAY_EVERY_S` has passed: what the
@@ -212,36 +230,42 @@ class Replayer:
 
     def longest_wait_s(self, snapshot: Snapshot, rows: Callable[[], Iterable[ReplayJob]]) -> float:
         if self._at is None or snapshot.now_s >= self._at + REPLAY_EVERY_S:
-            nodes = [node.gpus for cluster in snapshot.clusters for node in cluster.nodes]
-            self._at, self._value = snapshot.now_s, fifo_replay_s(rows(), nodes)
+            self._at, self._value = snapshot.now_s, fifo_replay_s(rows(), replay_nodes(snapshot))
         return self._value
 
 
-def fifo_replay_s(jobs: Iterable[ReplayJob], node_gpus: Sequence[float]) -> float:
-    """The longest wait strict FIFO imposes on ``jobs``, replayed on nodes of
-    ``node_gpus`` GPUs until every one of them has started.
+def fifo_replay_s(jobs: Iterable[ReplayJob], nodes: Sequence[ReplayNode | float]) -> float:
+    """The longest wait strict FIFO imposes on ``jobs``, replayed on ``nodes`` (in
+    first-fit order; a bare number is a node of that many GPUs in one shared group) until
+    every one of them has started.
 
     In submit order (ties in the given order), each job starts at the first instant, no
     earlier than its submit time nor than the job before it started (no job passes
     another), where it fits: a job of at most one node's GPUs on the first node with
-    that many free, a bigger one on whole free nodes, largest first. A job that fits
-    nowhere even on an empty fleet is left out. 0 with no job or no node.
+    that many free, a bigger one on whole free nodes of the first group with enough,
+    largest first. A job that fits nowhere even on an empty fleet is left out. 0 with no
+    job or no node.
     """
-    free = [float(g) for g in node_gpus]
-    if not free:
+    fleet = [n if isinstance(n, ReplayNode) else ReplayNode(float(n)) for n in nodes]
+    if not fleet:
         return 0.0
-    biggest, total = max(free), sum(free)
+    free = [n.gpus for n in fleet]
+    biggest = max(free)
+    group_gpus: dict[str, float] = {}
+    for n in fleet:
+        group_gpus[n.group] = group_gpus.get(n.group, 0.0) + n.gpus
+    widest_group = max(group_gpus.values())
     ends: list[tuple[float, int, tuple[tuple[int, float], ...]]] = []
     clock = widest = 0.0
     for seq, (submit_s, gpus, runtime_s) in enumerate(sorted(jobs, key=lambda j: j.submit_s)):
-        if gpus > total:
-            continue
+        if gpus > biggest and gpus > widest_group:
+            continue  # no group of whole nodes could ever hold it
         clock = max(clock, submit_s)
         while True:
             while ends and ends[0][0] <= clock:
                 for node, held in heapq.heappop(ends)[2]:
                     free[node] += held
-            alloc = _first_fit(free, node_gpus, biggest, gpus)
+            alloc = _first_fit(free, fleet, biggest, gpus)
             if alloc is not None or not ends:
                 break
             clock = ends[0][0]
@@ -255,7 +279,7 @@ def fifo_replay_s(jobs: Iterable[ReplayJob], node_gpus: Sequence[float]) -> floa
 
 
 def _first_fit(
-    free: list[float], node_gpus: Sequence[float], biggest: float, gpus: float
+    free: list[float], fleet: Sequence[ReplayNode], biggest: float, gpus: float
 ) -> tuple[tuple[int, float], ...] | None:
     """Where :func:`fifo_replay_s` places a job of ``gpus`` GPUs now, None if nowhere."""
     if gpus <= biggest:
@@ -263,14 +287,18 @@ def _first_fit(
             if room >= gpus - 1e-9:
                 return ((node, gpus),)
         return None
-    whole = sorted(
-        (n for n, room in enumerate(free) if room >= node_gpus[n] - 1e-9),
-        key=lambda n: -node_gpus[n],
-    )
-    alloc, need = [], gpus
-    for node in whole:
+    whole_by_group: dict[str, list[int]] = {}  # in first-fit order (dicts keep it)
+    for node, room in enumerate(free):
+        if room >= fleet[node].gpus - 1e-9:
+            whole_by_group.setdefault(fleet[node].group, []).append(node)
+    for whole in whole_by_group.values():
+        whole.sort(key=lambda n: -fleet[n].gpus)
+        alloc, need = [], gpus
+        for node in whole:
+            if need <= 1e-9:
+                break
+            alloc.append((node, fleet[node].gpus))
+            need -= fleet[node].gpus
         if need <= 1e-9:
-            break
-        alloc.append((node, float(node_gpus[node])))
-        need -= node_gpus[node]
-    return tuple(alloc) if need <= 1e-9 else None
+            return tuple(alloc)
+    return None

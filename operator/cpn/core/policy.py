@@ -165,7 +165,8 @@ class Reservation:
     GPUs or more measures its wait instead against the longest wait strict FIFO imposes
     on the jobs seen so far, replayed on the fleet's nodes with what they really ran
     (``Snapshot.fifo_replay_s``, :func:`cpn.core.fifodue.fifo_replay_s`), whenever the
-    snapshot carries it.
+    snapshot carries it; a smaller job then drains on the larger of its calibrated limit
+    and the replay (the calibrated budgets run short early in a trace, the replay late).
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
@@ -240,6 +241,10 @@ class Preemption:
     With ``for_overdue`` the head of the overdue queue, once its wait budget is spent,
     may stop checkpointing jobs in the group it reserved whatever their ranks
     (:func:`cpn.core.preemption.choose_preemptions`; bound and figures in docs/policy.md).
+    With ``protect_waited_share`` a job that waited that share of FIFO's longest wait
+    (:attr:`cpn.core.reservations.Reservations.fifo_limit_s`) before its current attempt
+    is never stopped for rank, only by that head: requeued with the rest of its wait
+    limit, it would likely pass it.
     """
 
     enabled: bool = True
@@ -249,6 +254,7 @@ class Preemption:
     min_run_s: float = 600.0
     shorter_by: float = 2.0
     for_overdue: bool = True
+    protect_waited_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -102,7 +102,15 @@ def choose_preemptions(
         for r, served in zip(snapshot.running, running_jobs, strict=True)
         if r.job.checkpoint and now - r.start_s >= rules.min_run_s
     }
-    movable = {key for key, job in requeued.items() if not reservations.reserves(job)}
+    # A victim that waited ``protect_waited_share`` of FIFO's longest wait would likely
+    # pass it once requeued: only the overdue head may stop it.
+    protect = rules.protect_waited_share
+    movable = {
+        key
+        for key, job in requeued.items()
+        if not reservations.reserves(job)
+        and (protect is None or reservations.waited(job) < protect * reservations.fifo_limit_s)
+    }
     movable_for_head = {key for key, job in requeued.items() if not reservations.draining(job)}
 
     def where(running: Running) -> GroupKey:  # its group: cluster, GPU type, domain

@@ -403,10 +403,7 @@ class Reservations:
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
-        own FIFO due time). A job of fewer than ``calibrate_below_gpus`` GPUs with a
-        calibrated due time compares its wait with the longest calibrated budget instead;
-        under ``reservation.fifo_replay`` the others compare it with FIFO's replayed
-        longest wait (:attr:`_fifo_limit`)."""
+        own FIFO due time); the limit is :meth:`wait_limit_s`."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
@@ -414,28 +411,37 @@ class Reservations:
             if share <= 0:
                 if fifo_due(job, self.now):
                     return True
-            elif waited >= share * (
-                self._widest_calibrated
-                if job.gpus < res_policy.calibrate_below_gpus
-                and job.fifo_calibrated_due_s is not None
-                else self._fifo_limit
-            ):
+            elif waited >= share * self.wait_limit_s(job):
                 return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
 
+    def wait_limit_s(self, job: Job) -> float:
+        """The wait ``job`` drains at ``fifo_share`` of (under ``drain_fifo``): for a job
+        of fewer than ``calibrate_below_gpus`` GPUs with a calibrated due time the longest
+        calibrated budget (under ``fifo_replay``, at least FIFO's replayed longest wait),
+        for the others :attr:`fifo_limit_s`."""
+        if (
+            job.gpus < self.policy.reservation.calibrate_below_gpus
+            and job.fifo_calibrated_due_s is not None
+        ):
+            if self._replay_s is None:
+                return self._widest_calibrated
+            return max(self._widest_calibrated, self._replay_s)
+        return self.fifo_limit_s
+
     def behind(self, res: Reserved) -> bool:
         """True if ``res``'s job drains, its wait bound has run out and ``res`` starts
         after it: the bound is its submit time plus what it ran plus FIFO's longest wait
-        (:attr:`_fifo_limit`, under ``fifo_share``), else its FIFO due time
+        (:attr:`fifo_limit_s`, under ``fifo_share``), else its FIFO due time
         (``preemption.for_overdue``)."""
         job = res.job
         if not self.draining(job):
             return False
         if self.policy.reservation.fifo_share > 0:
-            bound = job.submit_s + ran_s(job) + self._fifo_limit
+            bound = job.submit_s + ran_s(job) + self.fifo_limit_s
         elif job.fifo_due_s is not None:
             bound = job.fifo_due_s
         else:
@@ -458,7 +464,7 @@ class Reservations:
         return widest_fifo_wait(self._pending)
 
     @property
-    def _fifo_limit(self) -> float:
+    def fifo_limit_s(self) -> float:
         """FIFO's longest wait as the jobs of ``calibrate_below_gpus`` GPUs or more see
         it: replayed (``reservation.fifo_replay``, when the snapshot carries it), else the
         longest budget of the pending jobs."""
