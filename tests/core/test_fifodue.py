@@ -12,12 +12,14 @@ from cpn.core.capacity import Capacity
 from cpn.core.cycle import plan_cycle
 from cpn.core.fifodue import (
     Outcome,
+    ReplayFacts,
     ReplayJob,
     ReplayNode,
     Stamp,
     due_times,
     estimated_runtime_s,
     fifo_replay_s,
+    replay_jobs,
     replay_nodes,
     replay_runtime_s,
     resumed_due_s,
@@ -285,6 +287,33 @@ def test_replay_runtime_is_the_work_once_finished():
     assert replay_runtime_s(30.0, 100.0, 500.0) == 30.0  # finished: what it needed
     assert replay_runtime_s(None, 100.0, 40.0) == 100.0  # running within its estimate
     assert replay_runtime_s(None, 100.0, 400.0) == 400.0  # outran it: at least its age
+
+
+def test_an_unfinished_job_runs_no_longer_than_the_finished_ones_that_outlived_its_age():
+    """Finished runtimes 10, 20, 300, 500, 900: a job of age 0 estimated at 1,000 runs the
+    median of all five (300); one aged 400 the median of 500 and 900 (the upper, 900);
+    one aged 1,000 (older than any finished job) its age; a short estimate stays."""
+    done = [10.0, 20.0, 300.0, 500.0, 900.0]
+    assert replay_runtime_s(None, 1000.0, 0.0, done) == 300.0
+    assert replay_runtime_s(None, 1000.0, 400.0, done) == 900.0
+    assert replay_runtime_s(None, 1000.0, 1000.0, done) == 1000.0
+    assert replay_runtime_s(None, 50.0, 0.0, done) == 50.0
+    assert replay_runtime_s(70.0, 1000.0, 0.0, done) == 70.0
+
+
+def test_replay_jobs_bounds_the_unfinished_by_the_finished_among_them():
+    facts = [
+        ReplayFacts(0, 1, 100.0, 5.0, 100.0),  # finished: its work
+        ReplayFacts(1, 1, 300.0, 5.0, 300.0),
+        ReplayFacts(2, 4, None, 10_000.0, 50.0),  # median of 100 and 300 (the upper)
+        ReplayFacts(3, 1, None, 20.0, 0.0),  # its estimate
+    ]
+    assert replay_jobs(facts) == [
+        ReplayJob(0, 1, 100.0),
+        ReplayJob(1, 1, 300.0),
+        ReplayJob(2, 4, 300.0),
+        ReplayJob(3, 1, 20.0),
+    ]
 
 
 def _brute_force(jobs: list[ReplayJob], fleet: list[ReplayNode]) -> float:

@@ -24,10 +24,9 @@ from cpn.core.explain import Choice, Frees
 from cpn.core.fifodue import (
     Outcome,
     Replayer,
-    ReplayJob,
+    ReplayFacts,
     due_times,
     estimated_runtime_s,
-    replay_runtime_s,
     resumed_due_s,
     runtime_ratio,
 )
@@ -450,10 +449,11 @@ class Store:
             snapshot = replace(snapshot, fifo_replay_s=replayed)
         return snapshot
 
-    def _replay_rows(self, now_s: float) -> list[ReplayJob]:
-        """Every AIJob known as the FIFO replay runs it (:func:`replay_runtime_s`), as the
+    def _replay_rows(self, now_s: float) -> list[ReplayFacts]:
+        """Every AIJob known as the FIFO replay sees it (:func:`replay_jobs`), as the
         simulator does: a succeeded job with the work it needed, a failed one with what it
-        ran, the others with the larger of their estimate and what they have run so far."""
+        ran, the others with the larger of their estimate and what they have run so far
+        (bounded by the finished ones)."""
         restart_s = self.policy.preemption.restart_cost_s
         rows = []
         for record in self.records.values():
@@ -470,7 +470,7 @@ class Store:
             if record.phase == k.PHASE_RUNNING:
                 ran += max(0.0, now_s - record.start_s)
             basis = record.fifo_basis_s or estimated_runtime_s(job)
-            rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
+            rows.append(ReplayFacts(job.submit_s, job.gpus, done, basis, ran))
         return rows
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:

@@ -30,11 +30,10 @@ from cpn.core.fairshare import FairShare
 from cpn.core.fifodue import (
     Outcome,
     Replayer,
-    ReplayJob,
+    ReplayFacts,
     due_times,
     estimated_runtime_s,
     ran_s,
-    replay_runtime_s,
     resumed_due_s,
     runtime_ratio,
     stamped,
@@ -431,8 +430,8 @@ class World:
             )
         return snapshot
 
-    def _replay_rows(self) -> list[ReplayJob]:
-        """Every admitted job as the FIFO replay runs it (:func:`replay_runtime_s`)."""
+    def _replay_rows(self) -> list[ReplayFacts]:
+        """Every admitted job as the FIFO replay sees it (:func:`replay_jobs`)."""
         rows = []
         for state in self._states.values():
             job = state.job
@@ -441,7 +440,7 @@ class World:
                 ran += self.now_s - state.running.start_s
             done = state.full_runtime_s if state.record.finish_s is not None else None
             basis = job.fifo_basis_s or estimated_runtime_s(job)
-            rows.append(ReplayJob(job.submit_s, job.gpus, replay_runtime_s(done, basis, ran)))
+            rows.append(ReplayFacts(job.submit_s, job.gpus, done, basis, ran))
         return rows
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
