@@ -261,13 +261,18 @@ def test_small_jobs_drain_on_calibrated_budgets(gpus: int, ran_s: float, drains:
 # -- FIFO replayed (reservation.fifo_replay) ---------------------------------------------
 
 
+def _nodes(*gpus: float) -> list[ReplayNode]:
+    """Nodes of these many GPUs, all of one cluster and GPU type."""
+    return [ReplayNode(g) for g in gpus]
+
+
 def test_replay_head_of_line_blocks_later_jobs():
     """Two 4-GPU nodes. A 4-GPU job runs 0-100 on node 0; an 8-GPU job (both nodes whole)
     waits for it until 100; the 1-GPU job after it could run at once on node 1 but FIFO
     lets no job pass: it starts at 100 with the big one done at 150, i.e. waits 98."""
     jobs = [ReplayJob(0, 4, 100), ReplayJob(1, 8, 50), ReplayJob(2, 1, 10)]
-    assert fifo_replay_s(jobs, [4, 4]) == 150 - 2
-    assert fifo_replay_s(jobs[:2], [4, 4]) == 100 - 1
+    assert fifo_replay_s(jobs, _nodes(4, 4)) == 150 - 2
+    assert fifo_replay_s(jobs[:2], _nodes(4, 4)) == 100 - 1
 
 
 def test_replay_places_by_node_not_by_pooled_gpus():
@@ -275,11 +280,11 @@ def test_replay_places_by_node_not_by_pooled_gpus():
     jobs = [ReplayJob(0, 2, 100), ReplayJob(0, 3, 100), ReplayJob(5, 3, 10)]
     # node sizes 4 and 4: the 2-GPU job on node 0, the 3-GPU one on node 1 at once; the
     # last 3-GPU job fits on neither (2 and 1 free) until the first ends at 100.
-    assert fifo_replay_s(jobs, [4, 4]) == 100 - 5
+    assert fifo_replay_s(jobs, _nodes(4, 4)) == 100 - 5
 
 
 def test_replay_leaves_out_a_job_bigger_than_the_fleet():
-    assert fifo_replay_s([ReplayJob(0, 16, 10), ReplayJob(1, 1, 10)], [4, 4]) == 0
+    assert fifo_replay_s([ReplayJob(0, 16, 10), ReplayJob(1, 1, 10)], _nodes(4, 4)) == 0
     assert fifo_replay_s([ReplayJob(0, 1, 10)], []) == 0
 
 

@@ -220,9 +220,9 @@ def replay_runtime_s(
     if work_s is not None:
         return work_s
     runtime = max(basis_s, ran_s)
-    longer = len(finished) - bisect.bisect_right(finished, ran_s)
-    if longer:
-        runtime = min(runtime, finished[len(finished) - longer + longer // 2])
+    first_longer = bisect.bisect_right(finished, ran_s)
+    if first_longer < len(finished):  # the median of finished[first_longer:]
+        runtime = min(runtime, finished[(first_longer + len(finished)) // 2])
     return runtime
 
 
@@ -273,10 +273,9 @@ class Replayer:
         return self._value
 
 
-def fifo_replay_s(jobs: Iterable[ReplayJob], nodes: Sequence[ReplayNode | float]) -> float:
-    """The longest wait strict FIFO imposes on ``jobs``, replayed on ``nodes`` (in
-    first-fit order; a bare number is a node of that many GPUs in one shared group) until
-    every one of them has started.
+def fifo_replay_s(jobs: Iterable[ReplayJob], fleet: Sequence[ReplayNode]) -> float:
+    """The longest wait strict FIFO imposes on ``jobs``, replayed on the nodes of
+    ``fleet`` (in first-fit order) until every one of them has started.
 
     In submit order (ties in the given order), each job starts at the first instant, no
     earlier than its submit time nor than the job before it started (no job passes
@@ -285,7 +284,6 @@ def fifo_replay_s(jobs: Iterable[ReplayJob], nodes: Sequence[ReplayNode | float]
     largest first. A job that fits nowhere even on an empty fleet is left out. 0 with no
     job or no node.
     """
-    fleet = [n if isinstance(n, ReplayNode) else ReplayNode(float(n)) for n in nodes]
     if not fleet:
         return 0.0
     free = [n.gpus for n in fleet]
@@ -293,11 +291,11 @@ def fifo_replay_s(jobs: Iterable[ReplayJob], nodes: Sequence[ReplayNode | float]
     group_gpus: dict[str, float] = {}
     for n in fleet:
         group_gpus[n.group] = group_gpus.get(n.group, 0.0) + n.gpus
-    widest_group = max(group_gpus.values())
+    widest_group = max(group_gpus.values())  # at least the biggest node
     ends: list[tuple[float, int, tuple[tuple[int, float], ...]]] = []
     clock = widest = 0.0
     for seq, (submit_s, gpus, runtime_s) in enumerate(sorted(jobs, key=lambda j: j.submit_s)):
-        if gpus > biggest and gpus > widest_group:
+        if gpus > widest_group:
             continue  # no group of whole nodes could ever hold it
         clock = max(clock, submit_s)
         while True:
