@@ -105,6 +105,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         drain_fifo=draw(st.booleans()),
         fifo_share=draw(st.sampled_from([0.0, 0.9])),
         hedge_nodes=draw(st.sampled_from([0.0, 1.0])),
+        drain_lead=draw(st.booleans()),
     )
     policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(

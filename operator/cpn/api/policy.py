@@ -125,6 +125,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "fifo_share": number(0.0, 1.0),
     "calibrate_below_gpus": number(0.0, MAX_GPUS),
     "fifo_replay": boolean,
+    "drain_lead": boolean,
     "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {

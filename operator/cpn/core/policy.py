@@ -168,6 +168,12 @@ class Reservation:
     snapshot carries it; a smaller job then drains on the larger of its calibrated limit
     and the replay (the calibrated budgets run short early in a trace, the replay late).
 
+    With ``drain_lead`` (and ``fifo_share`` above 0) a job needing more GPUs than the
+    fleet's largest node drains once its wait plus the time its room takes to clear
+    reaches that share: the nodes of its best group emptied first, each at the 90th
+    percentile of its jobs' runtime laws given their ages
+    (:meth:`cpn.core.reservations.Reservations.draining`).
+
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
     predicted to free first and before its room frees at the 90th percentile of the
@@ -193,6 +199,7 @@ class Reservation:
     fifo_share: float = 0.9
     calibrate_below_gpus: float = 2.0
     fifo_replay: bool = False
+    drain_lead: bool = False
     hedge_nodes: float = 1.0
 
 

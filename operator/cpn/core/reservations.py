@@ -77,6 +77,8 @@ class Reservations:
         self.dropped = 0  # reservations dropped as starts put their holders over quota
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
+        self._leads: dict[str, float] = {}  # _lead_s per job key, fixed for the cycle
+        self._frees: dict[GroupKey, list[tuple[float, int]]] = {}  # _clear_s per group
 
     def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
@@ -411,12 +413,49 @@ class Reservations:
             if share <= 0:
                 if fifo_due(job, self.now):
                     return True
-            elif waited >= share * self.wait_limit_s(job):
+            elif waited + self._lead_s(job) >= share * self.wait_limit_s(job):
                 return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
+
+    def _lead_s(self, job: Job) -> float:
+        """Under ``reservation.drain_lead``, for a job needing more than a whole node: how
+        long until enough of its best candidate group's nodes are empty at the 90th
+        percentile of their jobs' runtime laws given their ages (0 otherwise). Such a
+        job drains this much earlier, so that its room can clear by the bound."""
+        if not self.policy.reservation.drain_lead or job.gpus <= self._largest_node:
+            return 0.0
+        lead = self._leads.get(job.key)
+        if lead is None:
+            clear = [self._clear_s(cand.key, job.gpus) for cand in self.cands_of(job)]
+            lead = min((c for c in clear if c < math.inf), default=0.0)
+            self._leads[job.key] = lead
+        return lead
+
+    def _clear_s(self, key: GroupKey, gpus: float) -> float:
+        """Time from now until the usable nodes of ``key`` emptied first (each at the 90th
+        percentile of its jobs' ends) add up to ``gpus`` GPUs; infinite if they never do."""
+        frees = self._frees.get(key)
+        if frees is None:
+            frees = sorted(
+                (
+                    max(
+                        [self.now]
+                        + [quantile_end_s(i, self.now, HIGH_Q, at_least_s=0.0) for i in s.running]
+                    ),
+                    s.gpus,
+                )
+                for s in self.capacity.usable.get(key, ())
+            )
+            self._frees[key] = frees
+        total = 0.0
+        for at, node_gpus in frees:
+            total += node_gpus
+            if total >= gpus:
+                return at - self.now
+        return math.inf
 
     def wait_limit_s(self, job: Job) -> float:
         """The wait ``job`` drains at ``fifo_share`` of (under ``drain_fifo``): for a job
