@@ -79,6 +79,7 @@ FACTORS: Mapping[str, str] = MappingProxyType(
         "user_estimate_s": "the runtime the user declared, in seconds (0 if none)",
         "attempts": "attempts already made (0 for a new job)",
         "unseen": "1 if the predictor never saw the job's model, else 0",
+        "checkpoint": "1 if the job checkpoints (it may be preempted), else 0",
         "aging": "the policy's aging.rate constant (same for every job)",
         "fair_share": "2^-(r_group + r_user)/2 in (0, 1]: r = recent decayed usage of the job's "
         "group and user over their share; 1 = used nothing, 0.5 = used exactly its share "

@@ -156,6 +156,7 @@ def factor_columns(
         "user_estimate_s": column([job.user_estimate_s or 0.0 for job in jobs]),
         "attempts": column([float(job.attempts) for job in jobs]),
         "unseen": column([1.0 if job.estimate.unseen else 0.0 for job in jobs]),
+        "checkpoint": column([1.0 if job.checkpoint else 0.0 for job in jobs]),
         "aging": np.full(len(jobs), policy.aging.rate, dtype=np.float64),
         "fair_share": shares[:, 0].copy(),
         "group_fair_share": shares[:, 1].copy(),
