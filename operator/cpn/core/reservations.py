@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cpn.core import reasons
-from cpn.core.capacity import Capacity, GroupKey, Shape, shape
+from cpn.core.capacity import Capacity, GroupKey, Shape, Slot, shape
 from cpn.core.fifodue import fifo_due, ran_s, widest_fifo_wait
 from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
@@ -405,7 +405,8 @@ class Reservations:
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
-        own FIFO due time); the limit is :meth:`wait_limit_s`."""
+        own FIFO due time); the limit is :meth:`wait_limit_s`. Under ``drain_lead`` a job
+        needing more than the largest node counts its lead (:meth:`_lead_s`) as waited."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
@@ -439,23 +440,19 @@ class Reservations:
         percentile of its jobs' ends) add up to ``gpus`` GPUs; infinite if they never do."""
         frees = self._frees.get(key)
         if frees is None:
-            frees = sorted(
-                (
-                    max(
-                        [self.now]
-                        + [quantile_end_s(i, self.now, HIGH_Q, at_least_s=0.0) for i in s.running]
-                    ),
-                    s.gpus,
-                )
-                for s in self.capacity.usable.get(key, ())
-            )
-            self._frees[key] = frees
+            usable = self.capacity.usable.get(key, ())
+            frees = self._frees[key] = sorted((self._empty_at(s), s.gpus) for s in usable)
         total = 0.0
         for at, node_gpus in frees:
             total += node_gpus
             if total >= gpus:
                 return at - self.now
         return math.inf
+
+    def _empty_at(self, slot: Slot) -> float:
+        """When ``slot`` is empty at the 90th percentile of its jobs' runtime laws."""
+        ends = (quantile_end_s(i, self.now, HIGH_Q, at_least_s=0.0) for i in slot.running)
+        return max(ends, default=self.now)
 
     def wait_limit_s(self, job: Job) -> float:
         """The wait ``job`` drains at ``fifo_share`` of (under ``drain_fifo``): for a job
