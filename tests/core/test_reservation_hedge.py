@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cpn.core.candidates import candidates
@@ -144,6 +144,7 @@ def test_a_node_freeing_after_the_rooms_p90_is_not_claimed():
 
 
 @settings(max_examples=60, deadline=None)
+@example(ends=[1100.0, 1100.0000000000002], hedge=0.0, workers=2)  # one ulp apart
 @given(
     ends=st.lists(st.floats(1100, 50_000), min_size=1, max_size=6),
     hedge=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
@@ -160,7 +161,9 @@ def test_hedging_never_moves_the_start_and_claims_no_more_than_asked(ends, hedge
     plain = _reserved(0.0, overdue, ends)
     hedged = _reserved(hedge, overdue, ends)
     assert plain is not None and hedged is not None
-    assert hedged.start_s == plain.start_s == sorted(ends)[workers - 1]
+    assert hedged.start_s == plain.start_s
+    # Ends closer than the capacity's tolerance (1e-9 s) are one instant: either may be it.
+    assert math.isclose(plain.start_s, sorted(ends)[workers - 1], rel_tol=0.0, abs_tol=1e-6)
     assert plain.nodes <= hedged.nodes
     end_of = {f"m-{i}": end for i, end in enumerate(ends)}
     p90 = max(1000.0 + 10.0 * (end_of[n] - 1000.0) for n in plain.nodes)
