@@ -291,14 +291,7 @@ class Reservations:
         if not (self.draining(job) and fifo_due(job, self.now)):
             return res
         slots = {slot.name: slot for slot in self.capacity.usable[res.key]}
-        late = max(
-            [res.start_s]
-            + [
-                quantile_end_s(item, self.now, HIGH_Q, at_least_s=0.0)
-                for name in res.nodes
-                for item in slots[name].running
-            ]
-        )
+        late = max([res.start_s] + [self._p90_empty_at(slots[name]) for name in res.nodes])
         taken = held_nodes([r for r in self.held if r.key == res.key])
         frees = {
             name: self.capacity.empty_at(slot)
@@ -414,8 +407,10 @@ class Reservations:
             if share <= 0:
                 if fifo_due(job, self.now):
                     return True
-            elif waited + self._lead_s(job) >= share * self.wait_limit_s(job):
-                return True
+            else:
+                need = share * self.wait_limit_s(job)
+                if waited >= need or waited + self._lead_s(job) >= need:
+                    return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
             return False
@@ -441,7 +436,7 @@ class Reservations:
         frees = self._frees.get(key)
         if frees is None:
             usable = self.capacity.usable.get(key, ())
-            frees = self._frees[key] = sorted((self._empty_at(s), s.gpus) for s in usable)
+            frees = self._frees[key] = sorted((self._p90_empty_at(s), s.gpus) for s in usable)
         total = 0.0
         for at, node_gpus in frees:
             total += node_gpus
@@ -449,8 +444,9 @@ class Reservations:
                 return at - self.now
         return math.inf
 
-    def _empty_at(self, slot: Slot) -> float:
-        """When ``slot`` is empty at the 90th percentile of its jobs' runtime laws."""
+    def _p90_empty_at(self, slot: Slot) -> float:
+        """When ``slot`` is empty at the 90th percentile of its jobs' runtime laws given their
+        ages (now if it runs none); :meth:`hedged` and the lead (:meth:`_clear_s`) use it."""
         ends = (quantile_end_s(i, self.now, HIGH_Q, at_least_s=0.0) for i in slot.running)
         return max(ends, default=self.now)
 
