@@ -134,3 +134,19 @@ def test_fifo_replay_is_in_the_snapshot_under_the_policy_and_renewed_hourly():
     assert s.snapshot(NOW + 10, FLEET, {}).fifo_replay_s == 60 - 20  # not renewed yet
     # d, submitted at 5 s, now runs beside a: b waits until a ends (50 s), c until d (45 s)
     assert s.snapshot(NOW + REPLAY_EVERY_S, FLEET, {}).fifo_replay_s == 50
+
+
+def test_the_next_snapshot_carries_the_group_the_last_hold_reserved_on():
+    """The hold the dispatcher keeps on a record (record.hold) names the group its
+    reservation is on; the next snapshot's job carries it as ``Job.reserved_key``
+    (reservation.sticky_gangs), and None once a hold reserves nothing."""
+    from cpn.core.model import Hold, WaitReason
+
+    s = store()
+    upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
+    assert [j.reserved_key for j in s.snapshot(NOW, FLEET, {}).pending] == [None]
+    held = Hold(job_key="ns/a", reason=WaitReason.Reservation, message="", reserved_key=("m", A100))
+    s.records["ns/a"].hold = held
+    assert [j.reserved_key for j in s.snapshot(NOW + 1, FLEET, {}).pending] == [("m", A100)]
+    s.records["ns/a"].hold = Hold(job_key="ns/a", reason=WaitReason.Capacity, message="")
+    assert [j.reserved_key for j in s.snapshot(NOW + 2, FLEET, {}).pending] == [None]

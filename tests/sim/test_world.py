@@ -377,3 +377,36 @@ def test_fifo_replay_is_renewed_hourly_over_every_job_seen(recorder):
     plan, seen = recorder(greedy_plan)
     world(jobs, plan=plan).run()
     assert {snap.fifo_replay_s for snap in seen} == {None}
+
+
+def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
+    """The world stamps ``Job.reserved_key`` from the last plan's hold of that job (as the
+    operator's store does from the hold it keeps), for ``reservation.sticky_gangs``: the
+    next snapshot's job names the group that hold reserved on, or None when it held none."""
+    from dataclasses import replace as replace_
+
+    jobs = [
+        tjob("a", submit_s=0, gpus=8, duration_s=1000),
+        tjob("b", submit_s=5, gpus=8, duration_s=100),
+    ]
+
+    def marking(snapshot: Snapshot) -> CyclePlan:
+        plan = greedy_plan(snapshot)
+        # every other cycle a reservation on a group named by the clock, else none
+        key = ("c", str(snapshot.now_s)) if len(seen) % 2 else None
+        started = {s.job_key for s in plan.starts}
+        holds = tuple(
+            Hold(job_key=j.key, reason=WaitReason.Capacity, message="", reserved_key=key)
+            for j in snapshot.pending
+            if j.key not in started
+        )
+        return replace_(plan, holds=holds)
+
+    plan, seen = recorder(marking)
+    world(jobs, plan=plan, tick_s=200.0, skip_full_cycles=False).run()
+    held = [snap for snap in seen if any(j.key == "b" for j in snap.pending)]
+    assert len(held) >= 3
+    given = [("c", str(s.now_s)) if (seen.index(s) + 1) % 2 else None for s in held]
+    got = [next(j for j in s.pending if j.key == "b").reserved_key for s in held]
+    assert got[0] is None  # first seen: no hold yet
+    assert got[1:] == given[:-1]

@@ -126,6 +126,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "calibrate_below_gpus": number(0.0, MAX_GPUS),
     "fifo_replay": boolean,
     "drain_lead": boolean,
+    "sticky_gangs": boolean,
     "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {

@@ -146,6 +146,9 @@ class Job:
     # that ratio once it runs); see cpn.core.fifodue.
     fifo_calibrated_due_s: float | None = None
     fifo_basis_s: float | None = None
+    # The group (cluster, GPU type) its reservation held in the last cycle, stamped by the
+    # shell from that plan's hold (Hold.reserved_key); reservation.sticky_gangs reads it.
+    reserved_key: tuple[str, ...] | None = None
 
     @property
     def gpus(self) -> float:
@@ -284,6 +287,9 @@ class Hold:
     level: str = ""
     reserved_start_s: float | None = None  # when a reservation holds room for it
     reserved_end_s: float | None = None  # when it would finish in that room
+    # the group (cluster, GPU type) of that room; out of the repr, which pins plans
+    # (tests/core/plan_digests.json) made before it existed
+    reserved_key: tuple[str, ...] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -174,6 +174,12 @@ class Reservation:
     percentile of its jobs' runtime laws given their ages
     (:meth:`cpn.core.reservations.Reservations.draining`).
 
+    With ``sticky_gangs`` a draining job needing more GPUs than the fleet's largest node
+    reserves again on the group (cluster and GPU type) it reserved on in the last cycle
+    (``Job.reserved_key``) while it still fits there, unless another group has its room
+    free now: the room it has cleared is not given up because medians moved
+    (:meth:`cpn.core.reservations.Reservations.reserve`).
+
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
     predicted to free first and before its room frees at the 90th percentile of the
@@ -200,6 +206,7 @@ class Reservation:
     calibrate_below_gpus: float = 2.0
     fifo_replay: bool = False
     drain_lead: bool = False
+    sticky_gangs: bool = False
     hedge_nodes: float = 1.0
 
 

@@ -78,7 +78,8 @@ class Reservations:
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
         self._leads: dict[str, float] = {}  # _lead_s per job key, fixed for the cycle
-        self._frees: dict[GroupKey, list[tuple[float, int]]] = {}  # _clear_s per group
+        # _clear_s per group and quantile
+        self._frees: dict[tuple[GroupKey, float], list[tuple[float, int]]] = {}
 
     def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
@@ -241,6 +242,7 @@ class Reservations:
         if not self.reserves(job):
             return None
         best: tuple[bool, float, bool, str, str, Reserved] | None = None
+        kept: Reserved | None = None  # on the group it reserved last cycle (sticky_gangs)
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.held if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -263,11 +265,34 @@ class Reservations:
             waits = self.capacity.fit(job, cand.key) is None
             if best is None or (late, done, waits, *cand.key) < best[:5]:
                 best = (late, done, waits, cand.key[0], cand.key[1], res)
+            if cand.key == job.reserved_key:
+                kept = res
         if best is None:
             return None
-        res = self.hedged(best[5])
+        res = best[5]
+        if kept is not None and kept.key != res.key and self._sticks(job):
+            # Move only if the other group finishes it first even with its room clearing
+            # at the 90th percentile of its jobs' laws, the kept room at their median.
+            there = self._clear_s(res.key, job.gpus) + res.end_s - res.start_s
+            here = self._clear_s(kept.key, job.gpus, 0.5) + kept.end_s - kept.start_s
+            if there >= here:
+                res = kept
+        res = self.hedged(res)
         self.held.append(res)
         return res
+
+    def _sticks(self, job: Job) -> bool:
+        """True if ``job`` may keep last cycle's group (``reservation.sticky_gangs``): it
+        drains and needs more GPUs than the fleet's largest node, so its room is several
+        nodes that clear one by one. The group with the earliest predicted completion moves
+        as running jobs outlive their medians; moving the reservation with it gives the
+        cleared nodes back to backfill and starts clearing anew elsewhere. It moves only
+        where it finishes first even when that room clears late (:meth:`reserve`)."""
+        return (
+            self.policy.reservation.sticky_gangs
+            and job.gpus > self._largest_node
+            and self.draining(job)
+        )
 
     def hedged(self, res: Reserved) -> Reserved:
         """``res`` with spare nodes added to what it claims when its job is overdue (drains
@@ -291,7 +316,7 @@ class Reservations:
         if not (self.draining(job) and fifo_due(job, self.now)):
             return res
         slots = {slot.name: slot for slot in self.capacity.usable[res.key]}
-        late = max([res.start_s] + [self._p90_empty_at(slots[name]) for name in res.nodes])
+        late = max([res.start_s] + [self._empty_at(slots[name]) for name in res.nodes])
         taken = held_nodes([r for r in self.held if r.key == res.key])
         frees = {
             name: self.capacity.empty_at(slot)
@@ -430,13 +455,14 @@ class Reservations:
             self._leads[job.key] = lead
         return lead
 
-    def _clear_s(self, key: GroupKey, gpus: float) -> float:
-        """Time from now until the usable nodes of ``key`` emptied first (each at the 90th
-        percentile of its jobs' ends) add up to ``gpus`` GPUs; infinite if they never do."""
-        frees = self._frees.get(key)
+    def _clear_s(self, key: GroupKey, gpus: float, q: float = HIGH_Q) -> float:
+        """Time from now until the usable nodes of ``key`` emptied first (each at the ``q``
+        quantile of its jobs' ends) add up to ``gpus`` GPUs; infinite if they never do."""
+        frees = self._frees.get((key, q))
         if frees is None:
             usable = self.capacity.usable.get(key, ())
-            frees = self._frees[key] = sorted((self._p90_empty_at(s), s.gpus) for s in usable)
+            frees = sorted((self._empty_at(s, q), s.gpus) for s in usable)
+            self._frees[(key, q)] = frees
         total = 0.0
         for at, node_gpus in frees:
             total += node_gpus
@@ -444,10 +470,10 @@ class Reservations:
                 return at - self.now
         return math.inf
 
-    def _p90_empty_at(self, slot: Slot) -> float:
-        """When ``slot`` is empty at the 90th percentile of its jobs' runtime laws given their
-        ages (now if it runs none); :meth:`hedged` and the lead (:meth:`_clear_s`) use it."""
-        ends = (quantile_end_s(i, self.now, HIGH_Q, at_least_s=0.0) for i in slot.running)
+    def _empty_at(self, slot: Slot, q: float = HIGH_Q) -> float:
+        """When ``slot`` is empty at the ``q`` quantile of its jobs' runtime laws given their
+        ages (now if it runs none); :meth:`hedged` and :meth:`_clear_s` use it."""
+        ends = (quantile_end_s(i, self.now, q, at_least_s=0.0) for i in slot.running)
         return max(ends, default=self.now)
 
     def wait_limit_s(self, job: Job) -> float:
@@ -528,4 +554,5 @@ class Reservations:
             message=reasons.reserved(res.key, res.start_s, self.now),
             reserved_start_s=res.start_s,
             reserved_end_s=res.end_s,
+            reserved_key=res.key,
         )

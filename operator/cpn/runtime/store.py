@@ -512,12 +512,15 @@ def work_s(record: Record, restart_cost_s: float) -> float:
 
 
 def _synced(record: Record) -> Job:
-    """``record.job`` with the record's attempts, back-off and FIFO due time, kept on the
-    record so a running job is the same object from one cycle to the next."""
+    """``record.job`` with the record's attempts, back-off, FIFO due time and the group its
+    last hold reserved on, kept on the record so a running job is the same object from one
+    cycle to the next."""
     job = record.job
     assert job is not None
+    reserved_key = record.hold.reserved_key if record.hold is not None else None
     if (
-        job.attempts != record.attempts
+        job.reserved_key != reserved_key
+        or job.attempts != record.attempts
         or job.not_before_s != record.not_before_s
         or job.fifo_due_s != record.fifo_due_s
         or job.fifo_calibrated_due_s != record.fifo_calibrated_due_s
@@ -530,6 +533,7 @@ def _synced(record: Record) -> Job:
             fifo_due_s=record.fifo_due_s,
             fifo_calibrated_due_s=record.fifo_calibrated_due_s,
             fifo_basis_s=record.fifo_basis_s,
+            reserved_key=reserved_key,
         )
     return job
 

@@ -519,6 +519,11 @@ class World:
             self._preempt(preempt.job_key)
         for start in plan.starts:
             self._start(start, snapshot)
+        for hold in plan.holds:  # where each reserved, read back next cycle (sticky_gangs)
+            job = self._pending.get(hold.job_key)
+            if job is not None and job.reserved_key != hold.reserved_key:
+                job = replace(job, reserved_key=hold.reserved_key)
+                self._pending[job.key] = self._states[job.key].job = job
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
