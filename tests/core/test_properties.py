@@ -87,6 +87,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                     st.none()
                     | st.tuples(st.sampled_from(["c0", "c1", "gone"]), st.sampled_from(TYPES))
                 ),
+                reserved_start_s=draw(st.none() | st.floats(0, 6000)),
             )
         )
     base = PRESETS[draw(st.sampled_from(sorted(PRESETS)))]

@@ -5,8 +5,8 @@ that is recomputed every cycle. On the Philly traces the running jobs' medians s
 they outlived them, the best group flipped between GPU types and each move gave the nodes
 already cleared back to backfill (philly-nov-c's and 6c71a0's 32-GPU jobs). With
 ``sticky_gangs`` such a job, once it drains, reserves again on last cycle's group
-(``Job.reserved_key``) while it still fits there, unless another group has its room free
-now.
+(``Job.reserved_key``) while that room's start holds (``Job.reserved_start_s``), unless
+another group finishes it first even with its room clearing at its 90th percentile.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def _reserved_on(
 
 # Two whole nodes, waiting since 0 with a FIFO budget of 1,000 s: drains (fifo_share 0.9).
 GANG = job("gang", gpus=8, workers=2, submitted_s=0, runtime_s=5_000, fifo_due_s=1_000.0)
-# Cluster "a" clears both nodes by 14,000, "b" by 12,000 (by their medians): "b" finishes
-# the gang first. At the p90 of laws three times as wide as their medians "b" clears by
-# 36,000, later than "a"'s median room.
+# Cluster "a"'s jobs are predicted to end by 14,000, "b"'s by 12,000: "b" finishes the gang
+# first (by their medians given their ages, about 20,600 against 19,200). At the p90 of
+# laws three times as wide as their medians "b" clears far later than "a"'s median room.
 GROUPS = {"a": [11_000.0, 14_000.0], "b": [12_000.0, 12_000.0]}
 
 
@@ -93,6 +93,17 @@ def test_with_sticky_gangs_a_draining_gang_keeps_last_cycles_group():
         "a",
         A100,
     )
+
+
+def test_a_kept_room_whose_start_holds_is_kept_and_one_that_recedes_is_left():
+    """ "a"'s room starts at about 20,600 (its jobs' conditional medians). Due at 30,000 last
+    cycle, it has come nearer: the gang keeps it. Due at 15,000, it is receding (6c71a0's
+    32-GPU job kept a K80 room whose start slid from 27 h to 334 h away): it chooses afresh,
+    "b"."""
+    nearer = replace(GANG, reserved_key=("a", A100), reserved_start_s=30_000.0)
+    assert _reserved_on(nearer, GROUPS, sticky=True) == ("a", A100)
+    receding = replace(GANG, reserved_key=("a", A100), reserved_start_s=15_000.0)
+    assert _reserved_on(receding, GROUPS, sticky=True) == ("b", A100)
 
 
 def test_it_moves_where_it_finishes_first_even_if_that_room_clears_late():

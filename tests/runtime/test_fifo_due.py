@@ -138,15 +138,23 @@ def test_fifo_replay_is_in_the_snapshot_under_the_policy_and_renewed_hourly():
 
 def test_the_next_snapshot_carries_the_group_the_last_hold_reserved_on():
     """The hold the dispatcher keeps on a record (record.hold) names the group its
-    reservation is on; the next snapshot's job carries it as ``Job.reserved_key``
-    (reservation.sticky_gangs), and None once a hold reserves nothing."""
+    reservation is on and when it was to start; the next snapshot's job carries them as
+    ``Job.reserved_key`` and ``Job.reserved_start_s`` (reservation.sticky_gangs), and None
+    once a hold reserves nothing."""
     from cpn.core.model import Hold, WaitReason
 
     s = store()
     upsert(s, aijob("a", "uid-a", "2026-01-01T00:00:00Z"), user="u", group="g")
     assert [j.reserved_key for j in s.snapshot(NOW, FLEET, {}).pending] == [None]
-    held = Hold(job_key="ns/a", reason=WaitReason.Reservation, message="", reserved_key=("m", A100))
-    s.records["ns/a"].hold = held
-    assert [j.reserved_key for j in s.snapshot(NOW + 1, FLEET, {}).pending] == [("m", A100)]
+    s.records["ns/a"].hold = Hold(
+        job_key="ns/a",
+        reason=WaitReason.Reservation,
+        message="",
+        reserved_start_s=NOW + 50,
+        reserved_key=("m", A100),
+    )
+    (job,) = s.snapshot(NOW + 1, FLEET, {}).pending
+    assert (job.reserved_key, job.reserved_start_s) == (("m", A100), NOW + 50)
     s.records["ns/a"].hold = Hold(job_key="ns/a", reason=WaitReason.Capacity, message="")
-    assert [j.reserved_key for j in s.snapshot(NOW + 2, FLEET, {}).pending] == [None]
+    (job,) = s.snapshot(NOW + 2, FLEET, {}).pending
+    assert (job.reserved_key, job.reserved_start_s) == (None, None)

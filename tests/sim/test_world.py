@@ -380,9 +380,10 @@ def test_fifo_replay_is_renewed_hourly_over_every_job_seen(recorder):
 
 
 def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
-    """The world stamps ``Job.reserved_key`` from the last plan's hold of that job (as the
-    operator's store does from the hold it keeps), for ``reservation.sticky_gangs``: the
-    next snapshot's job names the group that hold reserved on, or None when it held none."""
+    """The world stamps ``Job.reserved_key`` and ``Job.reserved_start_s`` from the last
+    plan's hold of that job (as the operator's store does from the hold it keeps), for
+    ``reservation.sticky_gangs``: the next snapshot's job names the group that hold
+    reserved on and when that room was to start, or None when it held none."""
     from dataclasses import replace as replace_
 
     jobs = [
@@ -396,7 +397,13 @@ def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
         key = ("c", str(snapshot.now_s)) if len(seen) % 2 else None
         started = {s.job_key for s in plan.starts}
         holds = tuple(
-            Hold(job_key=j.key, reason=WaitReason.Capacity, message="", reserved_key=key)
+            Hold(
+                job_key=j.key,
+                reason=WaitReason.Capacity,
+                message="",
+                reserved_key=key,
+                reserved_start_s=None if key is None else snapshot.now_s + 7,
+            )
             for j in snapshot.pending
             if j.key not in started
         )
@@ -407,6 +414,8 @@ def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
     held = [snap for snap in seen if any(j.key == "b" for j in snap.pending)]
     assert len(held) >= 3
     given = [("c", str(s.now_s)) if (seen.index(s) + 1) % 2 else None for s in held]
-    got = [next(j for j in s.pending if j.key == "b").reserved_key for s in held]
-    assert got[0] is None  # first seen: no hold yet
-    assert got[1:] == given[:-1]
+    got = [next(j for j in s.pending if j.key == "b") for s in held]
+    assert got[0].reserved_key is None  # first seen: no hold yet
+    assert [j.reserved_key for j in got[1:]] == given[:-1]
+    starts = [None if k is None else float(k[1]) + 7 for k in given[:-1]]
+    assert [j.reserved_start_s for j in got[1:]] == starts

@@ -146,9 +146,11 @@ class Job:
     # that ratio once it runs); see cpn.core.fifodue.
     fifo_calibrated_due_s: float | None = None
     fifo_basis_s: float | None = None
-    # The group (cluster, GPU type) its reservation held in the last cycle, stamped by the
-    # shell from that plan's hold (Hold.reserved_key); reservation.sticky_gangs reads it.
+    # The group (cluster, GPU type) its reservation held in the last cycle and when that
+    # room was to start, stamped by the shell from that plan's hold (Hold.reserved_key,
+    # Hold.reserved_start_s); reservation.sticky_gangs reads them.
     reserved_key: tuple[str, ...] | None = None
+    reserved_start_s: float | None = None
 
     @property
     def gpus(self) -> float:

@@ -176,8 +176,10 @@ class Reservation:
 
     With ``sticky_gangs`` a draining job needing more GPUs than the fleet's largest node
     reserves again on the group (cluster and GPU type) it reserved on in the last cycle
-    (``Job.reserved_key``) while it still fits there, unless another group has its room
-    free now: the room it has cleared is not given up because medians moved
+    (``Job.reserved_key``) while that room keeps clearing (its start no later than last
+    cycle's, ``Job.reserved_start_s``), unless another group finishes it first even with
+    its room clearing at the 90th percentile of its jobs' runtime laws: the nodes it has
+    cleared are not given back to backfill because medians moved
     (:meth:`cpn.core.reservations.Reservations.reserve`).
 
     An overdue job (draining and past its own FIFO due time) that must wait for room

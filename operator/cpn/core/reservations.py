@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey, Shape, Slot, shape
@@ -30,6 +31,9 @@ from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
 from cpn.core.quota import QuotaLedger
 from cpn.core.runtime_law import HIGH_Q, quantile_end_s
+
+#: A kept room whose start moved later than last cycle's by more than this is receding.
+_SLIDE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,15 @@ class Reserved:
     @property
     def job_key(self) -> str:
         return self.job.key
+
+
+def reserved_of(item: Hold | Job | None) -> dict[str, Any]:
+    """Where a hold (or a job stamped from one) reserved, and when that room was to start,
+    as the fields the shell stamps on the job for the next cycle (``Job.reserved_key``,
+    ``Job.reserved_start_s``; ``reservation.sticky_gangs``)."""
+    if item is None:
+        return {"reserved_key": None, "reserved_start_s": None}
+    return {"reserved_key": item.reserved_key, "reserved_start_s": item.reserved_start_s}
 
 
 def held_nodes(in_way: list[Reserved]) -> frozenset[str]:
@@ -270,7 +283,7 @@ class Reservations:
         if best is None:
             return None
         res = best[5]
-        if kept is not None and kept.key != res.key and self._sticks(job):
+        if kept is not None and kept.key != res.key and self._sticks(job, kept):
             # Move only if the other group finishes it first even with its room clearing
             # at the 90th percentile of its jobs' laws, the kept room at their median.
             there = self._clear_s(res.key, job.gpus) + res.end_s - res.start_s
@@ -281,17 +294,20 @@ class Reservations:
         self.held.append(res)
         return res
 
-    def _sticks(self, job: Job) -> bool:
+    def _sticks(self, job: Job, kept: Reserved) -> bool:
         """True if ``job`` may keep last cycle's group (``reservation.sticky_gangs``): it
         drains and needs more GPUs than the fleet's largest node, so its room is several
-        nodes that clear one by one. The group with the earliest predicted completion moves
-        as running jobs outlive their medians; moving the reservation with it gives the
-        cleared nodes back to backfill and starts clearing anew elsewhere. It moves only
-        where it finishes first even when that room clears late (:meth:`reserve`)."""
+        nodes that clear one by one, and that room keeps clearing (its start is no later
+        than last cycle's). The group with the earliest predicted completion moves as
+        running jobs outlive their medians; moving the reservation with it gives the
+        cleared nodes back to backfill and starts clearing anew elsewhere. A room whose
+        start recedes is not clearing: the job chooses afresh (:meth:`reserve`)."""
+        last = job.reserved_start_s
         return (
             self.policy.reservation.sticky_gangs
             and job.gpus > self._largest_node
             and self.draining(job)
+            and (last is None or kept.start_s <= last + _SLIDE_S)
         )
 
     def hedged(self, res: Reserved) -> Reserved:

@@ -33,6 +33,7 @@ from cpn.core.fifodue import (
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
+from cpn.core.reservations import reserved_of
 from predictor.runtimes import siblings
 
 ACTIVE_PHASES = frozenset({k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING})
@@ -517,9 +518,9 @@ def _synced(record: Record) -> Job:
     cycle to the next."""
     job = record.job
     assert job is not None
-    reserved_key = record.hold.reserved_key if record.hold is not None else None
+    reserved = reserved_of(record.hold)
     if (
-        job.reserved_key != reserved_key
+        reserved_of(job) != reserved
         or job.attempts != record.attempts
         or job.not_before_s != record.not_before_s
         or job.fifo_due_s != record.fifo_due_s
@@ -533,7 +534,7 @@ def _synced(record: Record) -> Job:
             fifo_due_s=record.fifo_due_s,
             fifo_calibrated_due_s=record.fifo_calibrated_due_s,
             fifo_basis_s=record.fifo_basis_s,
-            reserved_key=reserved_key,
+            **reserved,
         )
     return job
 

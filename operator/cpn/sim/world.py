@@ -41,6 +41,7 @@ from cpn.core.fifodue import (
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
+from cpn.core.reservations import reserved_of
 from cpn.sim.caches import Caches
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.fleet import Fleet
@@ -521,8 +522,8 @@ class World:
             self._start(start, snapshot)
         for hold in plan.holds:  # where each reserved, read back next cycle (sticky_gangs)
             job = self._pending.get(hold.job_key)
-            if job is not None and job.reserved_key != hold.reserved_key:
-                job = replace(job, reserved_key=hold.reserved_key)
+            if job is not None and reserved_of(job) != reserved_of(hold):
+                job = replace(job, **reserved_of(hold))
                 self._pending[job.key] = self._states[job.key].job = job
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
