@@ -383,7 +383,8 @@ def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
     """The world stamps ``Job.reserved_key`` and ``Job.reserved_start_s`` from the last
     plan's hold of that job (as the operator's store does from the hold it keeps), for
     ``reservation.sticky_gangs``: the next snapshot's job names the group that hold
-    reserved on and when that room was to start, or None when it held none."""
+    reserved on and when that room was to start, or None when it held none. Without the
+    option it stamps nothing (a loop over every hold each cycle, for no reader)."""
     from dataclasses import replace as replace_
 
     jobs = [
@@ -409,8 +410,11 @@ def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
         )
         return replace_(plan, holds=holds)
 
+    from cpn.core.policy import Reservation
+
+    sticky = replace_(POLICY, reservation=Reservation(sticky_gangs=True))
     plan, seen = recorder(marking)
-    world(jobs, plan=plan, tick_s=200.0, skip_full_cycles=False).run()
+    world(jobs, plan=plan, tick_s=200.0, skip_full_cycles=False, policy=sticky).run()
     held = [snap for snap in seen if any(j.key == "b" for j in snap.pending)]
     assert len(held) >= 3
     given = [("c", str(s.now_s)) if (seen.index(s) + 1) % 2 else None for s in held]
@@ -419,3 +423,7 @@ def test_each_pending_job_carries_the_group_its_last_hold_reserved_on(recorder):
     assert [j.reserved_key for j in got[1:]] == given[:-1]
     starts = [None if k is None else float(k[1]) + 7 for k in given[:-1]]
     assert [j.reserved_start_s for j in got[1:]] == starts
+    # without the option nothing reads the stamps, and the world does not write them
+    plan, seen = recorder(marking)
+    world(jobs, plan=plan, tick_s=200.0, skip_full_cycles=False).run()
+    assert {j.reserved_key for snap in seen for j in snap.pending} == {None}

@@ -21,7 +21,6 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
 
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey, Shape, Slot, shape
@@ -52,13 +51,11 @@ class Reserved:
         return self.job.key
 
 
-def reserved_of(item: Hold | Job | None) -> dict[str, Any]:
-    """Where a hold (or a job stamped from one) reserved, and when that room was to start,
-    as the fields the shell stamps on the job for the next cycle (``Job.reserved_key``,
+def reserved_of(item: Hold | Job | None) -> tuple[GroupKey | None, float | None]:
+    """Where a hold (or a job stamped from one) reserved, and when that room was to start:
+    what the shell stamps on the job for the next cycle (``Job.reserved_key``,
     ``Job.reserved_start_s``; ``reservation.sticky_gangs``)."""
-    if item is None:
-        return {"reserved_key": None, "reserved_start_s": None}
-    return {"reserved_key": item.reserved_key, "reserved_start_s": item.reserved_start_s}
+    return (None, None) if item is None else (item.reserved_key, item.reserved_start_s)
 
 
 def held_nodes(in_way: list[Reserved]) -> frozenset[str]:

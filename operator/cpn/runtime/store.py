@@ -518,7 +518,7 @@ def _synced(record: Record) -> Job:
     cycle to the next."""
     job = record.job
     assert job is not None
-    reserved = reserved_of(record.hold)
+    key, start_s = reserved = reserved_of(record.hold)
     if (
         reserved_of(job) != reserved
         or job.attempts != record.attempts
@@ -534,7 +534,8 @@ def _synced(record: Record) -> Job:
             fifo_due_s=record.fifo_due_s,
             fifo_calibrated_due_s=record.fifo_calibrated_due_s,
             fifo_basis_s=record.fifo_basis_s,
-            **reserved,
+            reserved_key=key,
+            reserved_start_s=start_s,
         )
     return job
 

@@ -520,10 +520,13 @@ class World:
             self._preempt(preempt.job_key)
         for start in plan.starts:
             self._start(start, snapshot)
-        for hold in plan.holds:  # where each reserved, read back next cycle (sticky_gangs)
+        if not self.policy.reservation.sticky_gangs:
+            return
+        for hold in plan.holds:  # where each reserved, read back next cycle
             job = self._pending.get(hold.job_key)
-            if job is not None and reserved_of(job) != reserved_of(hold):
-                job = replace(job, **reserved_of(hold))
+            key, start_s = reserved_of(hold)
+            if job is not None and reserved_of(job) != (key, start_s):
+                job = replace(job, reserved_key=key, reserved_start_s=start_s)
                 self._pending[job.key] = self._states[job.key].job = job
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
