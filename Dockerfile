@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # cpn operator image: `docker build -t cpn:0.1.0 .`, then set the image in manifests/.
 # Stage 1 builds the wheel (hatchling, as pyproject.toml says) and installs it with its
-# dependencies into a virtual environment; stage 2 is a slim runtime with only that
-# environment, run as a non-root user. The default command is the operator, `cpn run`.
+# dependencies, at the versions requirements.lock pins, into a virtual environment; stage 2
+# is a slim runtime with only that environment, run as a non-root user. The default
+# command is the operator, `cpn run`.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -13,7 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/cpn \
  && /opt/cpn/bin/pip install "build>=1.2" "hatchling>=1.25"
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY operator ./operator
 COPY predictor ./predictor
 COPY testbed ./testbed
@@ -21,7 +22,7 @@ COPY testbed ./testbed
 COPY crds ./crds
 # --no-isolation: use the hatchling installed above instead of fetching it again.
 RUN /opt/cpn/bin/python -m build --wheel --no-isolation --outdir /dist . \
- && /opt/cpn/bin/pip install /dist/cpn-*.whl \
+ && /opt/cpn/bin/pip install -c requirements.lock /dist/cpn-*.whl \
  && /opt/cpn/bin/pip uninstall --yes build hatchling \
  && /opt/cpn/bin/cpn --help
 

@@ -1,7 +1,8 @@
 # The only entry points people and CI use. `make help` lists them.
 #
 # Everything runs in the project's own virtual environment, $(VENV), made on first use
-# from whichever Python 3.11 is on PATH and remade whenever pyproject.toml changes;
+# from whichever Python 3.11 is on PATH, with every package at the version requirements.lock
+# pins, and remade whenever pyproject.toml or the lock changes;
 # nothing is installed into that Python itself. The test bed's system parts (apt
 # packages, the Go-built control planes cached outside the work tree) come from
 # testbed/setup.sh, run by the targets that need them. The benchmark workload's torch,
@@ -18,23 +19,30 @@ POLICY  ?= fifo,sjf,oracle,las,gavel,default
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_ROOT_USER_ACTION := ignore
 
-.PHONY: help venv bed workloads-venv workloads-lint install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
+.PHONY: help venv lock bed workloads-venv workloads-lint install fmt lint test test-fast sim sim-philly bench demo testbed-up testbed-down testbed-status check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	@$(BASEPY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
 	  || { echo "make: cpn needs Python 3.11 as '$(BASEPY)' (got $$($(BASEPY) --version)); set BASEPY=" >&2; exit 1; }
 	@echo "make: creating $(VENV) with the project and its dev tools (about 1-2 minutes cold)"
 	@rm -rf $(VENV)
 	@$(BASEPY) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
 	@touch $@
 	@echo "make: $(VENV) ready"
 
-venv: $(STAMP) ## the project's virtual environment (made on first use, remade when pyproject.toml changes)
+venv: $(STAMP) ## the project's virtual environment (made on first use, remade when pyproject.toml or requirements.lock changes)
+
+lock: ## resolve pyproject.toml afresh in a scratch venv and pin every package in requirements.lock
+	@rm -rf .lock-venv && $(BASEPY) -m venv .lock-venv
+	@.lock-venv/bin/python -m pip install -q -e '.[dev]'
+	@{ sed -n '/^#/p' requirements.lock; .lock-venv/bin/python -m pip freeze --exclude-editable; } > requirements.lock.new
+	@mv requirements.lock.new requirements.lock && rm -rf .lock-venv
+	@echo "make: requirements.lock pins $$(grep -c == requirements.lock) packages"
 
 install: venv ## same as venv
 
