@@ -169,10 +169,10 @@ class Reservation:
     and the replay (the calibrated budgets run short early in a trace, the replay late).
 
     With ``drain_lead`` (and ``fifo_share`` above 0) a job needing more GPUs than the
-    fleet's largest node drains once its wait plus the time its room takes to clear
-    reaches that share: the nodes of its best group emptied first, each at the 90th
-    percentile of its jobs' runtime laws given their ages
-    (:meth:`cpn.core.reservations.Reservations.draining`).
+    fleet's largest node drains once its wait plus its lead reaches that share: how much
+    later than by their medians the nodes of its best group empty, each at the 90th
+    percentile of its jobs' runtime laws given their ages (exact runtimes: no lead;
+    :meth:`cpn.core.reservations.Reservations.draining`).
 
     With ``sticky_gangs`` a draining job needing more GPUs than the fleet's largest node
     reserves again on the group (cluster and GPU type) it reserved on in the last cycle

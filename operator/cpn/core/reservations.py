@@ -456,15 +456,21 @@ class Reservations:
 
     def _lead_s(self, job: Job) -> float:
         """Under ``reservation.drain_lead``, for a job needing more than a whole node: how
-        long until enough of its best candidate group's nodes are empty at the 90th
-        percentile of their jobs' runtime laws given their ages (0 otherwise). Such a
-        job drains this much earlier, so that its room can clear by the bound."""
+        much later than by their medians enough nodes of its best candidate group (the
+        one that clears first at the 90th percentile) are empty at the 90th percentile of
+        their jobs' runtime laws given their ages (0 otherwise). Such a job drains this
+        much earlier: the share's margin covers a room that clears as predicted, the lead
+        what the predictions may miss, so exact runtimes give no lead."""
         if not self.policy.reservation.drain_lead or job.gpus <= self._largest_node:
             return 0.0
         lead = self._leads.get(job.key)
         if lead is None:
-            clear = [self._clear_s(cand.key, job.gpus) for cand in self.cands_of(job)]
-            lead = min((c for c in clear if c < math.inf), default=0.0)
+            clear = ((self._clear_s(c.key, job.gpus), c.key) for c in self.cands_of(job))
+            best = min(((s, key) for s, key in clear if s < math.inf), default=None)
+            lead = 0.0
+            if best is not None:
+                high_s, key = best
+                lead = max(0.0, high_s - self._clear_s(key, job.gpus, 0.5))
             self._leads[job.key] = lead
         return lead
 
