@@ -29,7 +29,7 @@ from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
 from cpn.core.quota import QuotaLedger
-from cpn.core.runtime_law import HIGH_Q, quantile_end_s
+from cpn.core.runtime_law import HIGH_Q, MEDIAN_Q, quantile_end_s
 
 #: A kept room whose start moved later than last cycle's by more than this is receding.
 _SLIDE_S = 1.0
@@ -284,7 +284,7 @@ class Reservations:
             # Move only if the other group finishes it first even with its room clearing
             # at the 90th percentile of its jobs' laws, the kept room at their median.
             there = self._clear_s(res.key, job.gpus) + res.end_s - res.start_s
-            here = self._clear_s(kept.key, job.gpus, 0.5) + kept.end_s - kept.start_s
+            here = self._clear_s(kept.key, job.gpus, MEDIAN_Q) + kept.end_s - kept.start_s
             if there >= here:
                 res = kept
         res = self.hedged(res)
@@ -465,12 +465,10 @@ class Reservations:
             return 0.0
         lead = self._leads.get(job.key)
         if lead is None:
-            clear = ((self._clear_s(c.key, job.gpus), c.key) for c in self.cands_of(job))
-            best = min(((s, key) for s, key in clear if s < math.inf), default=None)
-            lead = 0.0
-            if best is not None:
-                high_s, key = best
-                lead = max(0.0, high_s - self._clear_s(key, job.gpus, 0.5))
+            highs = ((self._clear_s(c.key, job.gpus), c.key) for c in self.cands_of(job))
+            high_s, key = min((h for h in highs if h[0] < math.inf), default=(0.0, None))
+            lead = 0.0 if key is None else high_s - self._clear_s(key, job.gpus, MEDIAN_Q)
+            lead = max(0.0, lead)
             self._leads[job.key] = lead
         return lead
 

@@ -17,6 +17,8 @@ from cpn.core.model import Running
 
 #: The level of ``Estimate.high_s`` among the law's quantiles, and its z-score.
 HIGH_Q = 0.9
+#: The law's median.
+MEDIAN_Q = 0.5
 Z90 = 1.2815515655446004
 _NORMAL = NormalDist()
 
