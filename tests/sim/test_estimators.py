@@ -15,6 +15,7 @@ from cpn.sim.estimators import (
     HistoryEstimator,
     NoisyEstimator,
     OracleEstimator,
+    SizeOracleEstimator,
     UserEstimator,
     make_estimator,
 )
@@ -116,6 +117,21 @@ def test_history_falls_back_from_specific_to_model_then_user():
     assert other_batch.on(REF) == 700 and not other_batch.unseen
     user = h.estimate(job("c", model="vgg16", user_estimate_s=42.0), [REF])
     assert user.on(REF) == 42 and not user.unseen
+
+
+def test_size_oracle_is_the_mean_of_the_jobs_of_the_same_size():
+    """Every job of one GPU count gets that size's mean true runtime, whatever its own."""
+    t = truth(
+        tjob("a", duration_s=100, gpus=1),
+        tjob("b", duration_s=300, gpus=1),
+        tjob("c", duration_s=5000, gpus=4),
+    )
+    size = SizeOracleEstimator(t)
+    assert size.estimate(job("a"), [REF]).on(REF) == pytest.approx(200.0)
+    assert size.estimate(job("b"), [REF]).on(REF) == pytest.approx(200.0)
+    assert size.estimate(job("c", gpus_per_worker=4), [REF]).on(REF) == pytest.approx(5000.0)
+    assert size.estimate(job("d", gpus_per_worker=2), [REF]).on(REF) == DEFAULT_ESTIMATE_S
+    assert make_estimator("size-oracle", t)[1] == "size-oracle"
 
 
 def test_make_estimator_resolves_names():

@@ -3,6 +3,9 @@
 - ``oracle``: the true runtime on each GPU type (what Gavel's oracle throughputs give).
 - ``noisy``: the oracle times a log-normal error exp(N(0, sigma)), drawn once per job
   from ``(seed, job)``, so the draw does not depend on arrival order.
+- ``size-oracle``: the mean true runtime of the trace's jobs of the same GPU count, on each
+  GPU type: not a predictor but a bound, the most a ranking that knows only each job's
+  size can know (on traces with no user, group or model: what else is there).
 - ``user``: the trace's ``user_estimate_s`` (on the job's trace GPU, else the reference
   GPU), scaled per GPU type; a conservative default when the trace leaves it blank.
 - ``predictor``: :class:`cpn.api.predictions.PredictorEstimator` when importable, else
@@ -32,7 +35,7 @@ DEFAULT_ESTIMATE_S = 24 * 3600.0
 #: z-score of the high quantile reported in ``Estimate.high_s`` (90th percentile).
 _Z90 = 1.2816
 
-ESTIMATORS = ("oracle", "noisy", "user", "predictor")
+ESTIMATORS = ("oracle", "noisy", "size-oracle", "user", "predictor")
 
 
 def _frozen(values: dict[str, float]) -> Mapping[str, float]:
@@ -84,6 +87,40 @@ class NoisyEstimator(Estimator):
             high_s=_frozen({g: v * high for g, v in runtime.items()}),
             source=self.source,
         )
+
+    def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
+        """Nothing to learn."""
+
+
+class SizeOracleEstimator(Estimator):
+    """The mean true runtime of the trace's jobs with the job's GPU count; learns nothing.
+
+    Ordering by it is Smith's rule with the size classes' true means: the best a
+    non-preemptive order can do knowing nothing of a job but its size, so what it
+    recovers bounds what any predictor can on a trace that carries nothing else.
+    """
+
+    source = "size-oracle"
+    learns = False  # the world never re-estimates its jobs
+
+    def __init__(self, truth: TrueRuntime) -> None:
+        self.truth = truth
+        self._means: dict[tuple[int, str], float] = {}
+
+    def _mean(self, gpus: int, gpu_type: str) -> float:
+        cached = self._means.get((gpus, gpu_type))
+        if cached is None:
+            keys = self.truth.keys_of_size(gpus)
+            runtimes = [self.truth.runtime_s(key, gpu_type) for key in keys]
+            cached = sum(runtimes) / len(runtimes) if runtimes else DEFAULT_ESTIMATE_S
+            self._means[(gpus, gpu_type)] = cached
+        return cached
+
+    def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
+        """The size class's mean true runtime on each of ``gpu_types``."""
+        size = max(1, int(job.gpus))
+        runtime = {g: self._mean(size, g) for g in gpu_types}
+        return Estimate(runtime_s=_frozen(runtime), high_s=_frozen(runtime), source=self.source)
 
     def observe(self, job: Job, gpu_type: str, actual_s: float) -> None:
         """Nothing to learn."""
@@ -257,6 +294,8 @@ def make_estimator(
         return OracleEstimator(truth), "oracle"
     if name == "noisy":
         return NoisyEstimator(truth, sigma=sigma, seed=seed), f"noisy(sigma={sigma:g})"
+    if name == "size-oracle":
+        return SizeOracleEstimator(truth), "size-oracle"
     if name == "user":
         return UserEstimator(truth, base_gpu=base_gpu), "user"
     if name == "predictor":

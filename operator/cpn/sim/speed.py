@@ -103,6 +103,11 @@ class TrueRuntime:
         self._cache[(key, gpu_type)] = value
         return value
 
+    def keys_of_size(self, gpus: float) -> list[str]:
+        """The keys of the jobs that asked for ``gpus`` GPUs."""
+        size = max(1, int(gpus))
+        return [key for key, truth in self._jobs.items() if truth.gpus == size]
+
     def ratio(self, key: str, src: str, dst: str) -> float:
         """How many times faster job ``key`` runs on ``dst`` than on ``src``."""
         truth = self._jobs[key]
