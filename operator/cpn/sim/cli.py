@@ -3,7 +3,7 @@
 ::
 
     cpn simulate --trace T.csv --clusters C.yaml --policy NAME[,NAME...]|FILE.yaml
-                 [--estimator oracle|noisy|user|predictor] [--sigma S] [--seed N]
+                 [--estimator oracle|noisy|size-oracle|user|predictor] [--sigma S] [--seed N]
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
                  [--eta [--eta-max-cycles N] [--eta-every N]]
                  [--locality aware|blind|both] [--cache-gb GB] [--by-group]
