@@ -569,6 +569,46 @@ def test_a_victim_that_would_reserve_its_room_back_is_not_preempted(min_gpus: in
 
 
 @pytest.mark.parametrize(
+    ("around", "blocker_end_s", "preempted"),
+    [
+        (False, 5_000.0, False),  # a reservation in the group forbids preemption there
+        (True, 5_000.0, True),  # due later, it keeps its nodes: the room beside is free to take
+        (True, 1_000.0, False),  # due now: it would move to the freed room
+    ],
+)
+def test_preemption_around_a_reservation_due_later(
+    around: bool, blocker_end_s: float, preempted: bool
+):
+    """``preemption.around_reservations``: a big job reserves the two nodes whose jobs end
+    first; a short job may stop the checkpointing job on the third node only where that
+    reservation is due later (it keeps its own nodes), never where it is due now."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 3, gpus=4, free=[0, 0, 0]))
+    veteran = job("veteran", gpus=4, runtime_s=40_000.0, checkpoint=True)
+    ones = [job(f"blocker{i}", gpus=4, runtime_s=blocker_end_s) for i in (1, 2)]
+    runs = [
+        running(veteran, "m", A100, ("m-0",), start_s=0, end_s=40_000),
+        *(
+            running(b, "m", A100, (f"m-{i}",), start_s=0, end_s=blocker_end_s)
+            for i, b in zip((1, 2), ones, strict=True)
+        ),
+    ]
+    big = job("big", gpus=4, workers=2, runtime_s=2_000.0, submitted_s=0)
+    fresh = job("fresh", gpus=4, runtime_s=1_000.0, submitted_s=1000)
+    policy = QueuePolicy(
+        name="p",
+        preemption=Preemption(enabled=True, min_run_s=0, around_reservations=around),
+        reservation=Reservation(min_gpus=8),
+    )
+    snap = snapshot(jobs=[big, fresh], clusters=[c], running_jobs=runs, now_s=1000, policy=policy)
+    plan = plan_cycle(snap)
+    assert hold_of(plan, "big").reserved_start_s == blocker_end_s
+    want = [("veteran", "fresh")] if preempted else []
+    assert [(p.job_key, p.for_key) for p in plan.preemptions] == want
+
+
+@pytest.mark.parametrize(
     ("waited_before_s", "protect", "preempted"),
     [
         (0.0, 0.5, True),  # never waited: rank decides

@@ -149,6 +149,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "shorter_by": number(1.0, 1e6),
     "for_overdue": boolean,
     "protect_waited_share": number(0.0, 1.0, above=True, nullable=True),
+    "around_reservations": boolean,
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

@@ -260,7 +260,11 @@ class Preemption:
     With ``protect_waited_share`` a job that waited that share of FIFO's longest wait
     (:attr:`cpn.core.reservations.Reservations.fifo_limit_s`) before its current attempt
     is never stopped for rank, only by that head: requeued with the rest of its wait
-    limit, it would likely pass it.
+    limit, it would likely pass it. With ``around_reservations`` a job may be stopped for
+    rank in a group where other jobs hold reservations, as long as none of them is due
+    now: a reservation due later keeps its nodes (they are never victims), so the room
+    freed beside them stays with the job it was freed for; without it, any reservation
+    in the group forbids preemption there.
     """
 
     enabled: bool = True
@@ -271,6 +275,7 @@ class Preemption:
     shorter_by: float = 2.0
     for_overdue: bool = True
     protect_waited_share: float | None = None
+    around_reservations: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

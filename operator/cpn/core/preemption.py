@@ -157,9 +157,16 @@ def choose_preemptions(
                 continue
             if overdue and key not in reserved:
                 continue
-            # Where another job holds a reservation, freed room goes to that job in the
+            # Where another job holds a reservation due now, freed room goes to it in the
             # next cycle (a reservation due now moves to room free now): no preemption.
-            if any(r.key == key and r.job_key != item.job.key for r in reservations.held):
+            # One due later keeps its nodes (``held`` below keeps them from being victims);
+            # unless ``around_reservations``, it forbids preemption in its group too.
+            if any(
+                r.key == key
+                and r.job_key != item.job.key
+                and (r.start_s <= now or not rules.around_reservations)
+                for r in reservations.held
+            ):
                 continue
             held = reservations.excluded(item.job, cands[key])
             chosen: list[str] = []
