@@ -608,6 +608,27 @@ def test_preemption_around_a_reservation_due_later(
     assert [(p.job_key, p.for_key) for p in plan.preemptions] == want
 
 
+@pytest.mark.parametrize("around", [False, True])
+def test_a_victim_that_would_reserve_only_for_its_wait_is_stopped_around_reservations(
+    around: bool,
+):
+    """A checkpointing job that waited past aging.max_wait_s before it started would reserve
+    once requeued: never stopped for rank, unless ``around_reservations`` (its reservation
+    is for its wait only, not its size or a drain)."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
+    veteran = job("veteran", gpus=4, runtime_s=90_000.0, checkpoint=True, submitted_s=0)
+    r = running(veteran, "m", A100, ("m-0",), start_s=25_200, end_s=115_200)
+    policy = QueuePolicy(
+        name="p", preemption=Preemption(enabled=True, min_run_s=0, around_reservations=around)
+    )
+    fresh = job("fresh", gpus=4, runtime_s=1_000.0, submitted_s=30_000)
+    snap = snapshot(jobs=[fresh], clusters=[c], running_jobs=[r], now_s=30_000, policy=policy)
+    want = [("veteran", "fresh")] if around else []
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
+
+
 @pytest.mark.parametrize(
     ("waited_before_s", "protect", "preempted"),
     [

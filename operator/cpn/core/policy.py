@@ -263,8 +263,10 @@ class Preemption:
     limit, it would likely pass it. With ``around_reservations`` a job may be stopped for
     rank in a group where other jobs hold reservations, as long as none of them is due
     now: a reservation due later keeps its nodes (they are never victims), so the room
-    freed beside them stays with the job it was freed for; without it, any reservation
-    in the group forbids preemption there.
+    freed beside them stays with the job it was freed for, and a victim that would
+    reserve once requeued only for its wait (``aging.max_wait_s``, not its size or a
+    drain) may be stopped too; without it, any reservation in the group forbids
+    preemption there and such victims are never stopped.
     """
 
     enabled: bool = True

@@ -103,12 +103,14 @@ def choose_preemptions(
         if r.job.checkpoint and now - r.start_s >= rules.min_run_s
     }
     # A victim that waited ``protect_waited_share`` of FIFO's longest wait would likely
-    # pass it once requeued: only the overdue head may stop it.
+    # pass it once requeued: only the overdue head may stop it. Under
+    # ``around_reservations`` one that would reserve only for its wait may be stopped.
     protect = rules.protect_waited_share
+    for_wait = not rules.around_reservations
     movable = {
         key
         for key, job in requeued.items()
-        if not reservations.reserves(job)
+        if not reservations.reserves(job, for_wait=for_wait)
         and (protect is None or reservations.waited(job) < protect * reservations.fifo_limit_s)
     }
     movable_for_head = {key for key, job in requeued.items() if not reservations.draining(job)}

@@ -407,10 +407,11 @@ class Reservations:
         (a preempted job's running time is not waiting; nor is a running job's)."""
         return self.now - job.submit_s - ran_s(job)
 
-    def reserves(self, job: Job) -> bool:
+    def reserves(self, job: Job, *, for_wait: bool = True) -> bool:
         """True if ``job``, when blocked, may hold a reservation: it is big, has waited
         ``aging.max_wait_s`` (under ``aging.max_wait_whole_node``: and needs a whole node)
-        or drains (:meth:`reserve_ahead`, :meth:`_reserve`)."""
+        or drains (:meth:`reserve_ahead`, :meth:`_reserve`). ``for_wait=False``: not
+        counting the wait (``max_wait_s``)."""
         res_policy = self.policy.reservation
         if not res_policy.enabled:
             return False
@@ -419,7 +420,8 @@ class Reservations:
             job.gpus >= res_policy.min_gpus
             or job.key in self.heads
             or (
-                aging.max_wait_s is not None
+                for_wait
+                and aging.max_wait_s is not None
                 and self.waited(job) >= aging.max_wait_s
                 and (not aging.max_wait_whole_node or job.gpus >= self._largest_node)
             )
