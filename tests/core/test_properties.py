@@ -113,6 +113,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         hedge_nodes=draw(st.sampled_from([0.0, 1.0])),
         drain_lead=draw(st.booleans()),
         sticky_gangs=draw(st.booleans()),
+        freeze_overdue_gangs=draw(st.booleans()),
     )
     policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(

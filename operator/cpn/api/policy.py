@@ -127,6 +127,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "fifo_replay": boolean,
     "drain_lead": boolean,
     "sticky_gangs": boolean,
+    "freeze_overdue_gangs": boolean,
     "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {

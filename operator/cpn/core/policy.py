@@ -182,6 +182,13 @@ class Reservation:
     cleared are not given back to backfill because medians moved
     (:meth:`cpn.core.reservations.Reservations.reserve`).
 
+    With ``freeze_overdue_gangs`` the room reserved by a job needing more GPUs than the
+    fleet's largest node takes no new job once that job is behind (draining, its wait
+    bound run out and its room starting later still,
+    :meth:`cpn.core.reservations.Reservations.behind`): no backfill there on predicted
+    ends, nor beside it by resource, so the room clears as the jobs already on it end
+    (or, checkpointing, are stopped for it under ``preemption.for_overdue``).
+
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
     predicted to free first and before its room frees at the 90th percentile of the
@@ -209,6 +216,7 @@ class Reservation:
     fifo_replay: bool = False
     drain_lead: bool = False
     sticky_gangs: bool = False
+    freeze_overdue_gangs: bool = False
     hedge_nodes: float = 1.0
 
 

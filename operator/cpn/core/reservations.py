@@ -9,7 +9,9 @@ cycle keep clear of reserved nodes unless they end before the reservation starts
 (backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
 every reservation they touch keeps its start, there or moved to other room (backfill by
 resource, :meth:`Reservations.fit_beside`). An overdue job's reservation also claims spare
-nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`).
+nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`);
+an overdue gang's may take no new job at all (``reservation.freeze_overdue_gangs``,
+:meth:`Reservations.frozen`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -110,7 +112,7 @@ class Reservations:
             res
             for res in here
             if res.job_key != job.key
-            and (end > res.start_s or not self.policy.reservation.backfill)
+            and (end > res.start_s or not self.policy.reservation.backfill or self.frozen(res))
             and not (strict and mine < self.position.get(res.job_key, 0))
         ]
 
@@ -169,6 +171,8 @@ class Reservations:
         ``in_way``: :meth:`in_the_way` of ``job`` and ``cand``, as it stands.
         """
         if not in_way or not self.policy.reservation.backfill:
+            return None
+        if any(self.frozen(r) for r in in_way):
             return None
         # Capacity only shrinks in the walk: a shape that found no room beside some
         # reservations finds none later beside them or more, until reservations move.
@@ -524,6 +528,23 @@ class Reservations:
         else:
             return False
         return res.start_s > bound and self.now >= bound
+
+    def frozen(self, res: Reserved) -> bool:
+        """True if ``res``'s room takes no new job (``reservation.freeze_overdue_gangs``):
+        its job needs more than the fleet's largest node, is :meth:`behind`, and is due
+        first of such jobs (:meth:`drain_order`), so one room at a time stands empty."""
+        if not self.policy.reservation.freeze_overdue_gangs:
+            return False
+
+        def order(r: Reserved) -> tuple[float, str]:
+            return (self.drain_order(r.job), r.job_key)
+
+        def overdue_gang(r: Reserved) -> bool:
+            return r.job.gpus > self._largest_node and self.behind(r)
+
+        if not overdue_gang(res):
+            return False
+        return all(order(res) <= order(r) for r in self.held if overdue_gang(r))
 
     def drain_order(self, job: Job) -> float:
         """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
