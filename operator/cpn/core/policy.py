@@ -187,7 +187,8 @@ class Reservation:
     bound run out and its room starting later still,
     :meth:`cpn.core.reservations.Reservations.behind`): no backfill there on predicted
     ends, nor beside it by resource, so the room clears as the jobs already on it end
-    (or, checkpointing, are stopped for it under ``preemption.for_overdue``).
+    (or, checkpointing, are stopped for it under ``preemption.for_overdue``); only the
+    room of the one such job due first, so one room at a time stands empty.
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those

@@ -236,14 +236,10 @@ def _overdue_head(
     of the overdue queue, which may stop any checkpointing job in its reserved group that
     would not drain once requeued, whatever their ranks (``preemption.for_overdue``)."""
     by_key = {r.job.key: r for r in ranked}
-    overdue = [
-        by_key[res.job_key]
-        for res in reservations.held
-        if res.job_key in by_key and res.job_key not in started and reservations.behind(res)
-    ]
-    if not overdue:
-        return None
-    return min(overdue, key=lambda r: (reservations.drain_order(r.job), r.job.key))
+    first = reservations.first_behind(
+        res for res in reservations.held if res.job_key in by_key and res.job_key not in started
+    )
+    return None if first is None else by_key[first.job_key]
 
 
 def _taken_from_above(

@@ -20,7 +20,7 @@ capacity and quota ledgers with it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -529,22 +529,20 @@ class Reservations:
             return False
         return res.start_s > bound and self.now >= bound
 
+    def first_behind(self, held: Iterable[Reserved]) -> Reserved | None:
+        """The reservation of ``held`` that is :meth:`behind` and due first (drain order,
+        then job key); None if none is behind."""
+        late = [r for r in held if self.behind(r)]
+        return min(late, key=lambda r: (self.drain_order(r.job), r.job_key), default=None)
+
     def frozen(self, res: Reserved) -> bool:
         """True if ``res``'s room takes no new job (``reservation.freeze_overdue_gangs``):
-        its job needs more than the fleet's largest node, is :meth:`behind`, and is due
-        first of such jobs (:meth:`drain_order`), so one room at a time stands empty."""
+        it is the :meth:`first_behind` of the reservations of jobs needing more than the
+        fleet's largest node, so one room at a time stands empty."""
         if not self.policy.reservation.freeze_overdue_gangs:
             return False
-
-        def order(r: Reserved) -> tuple[float, str]:
-            return (self.drain_order(r.job), r.job_key)
-
-        def overdue_gang(r: Reserved) -> bool:
-            return r.job.gpus > self._largest_node and self.behind(r)
-
-        if not overdue_gang(res):
-            return False
-        return all(order(res) <= order(r) for r in self.held if overdue_gang(r))
+        first = self.first_behind(r for r in self.held if r.job.gpus > self._largest_node)
+        return first is not None and first.job_key == res.job_key
 
     def drain_order(self, job: Job) -> float:
         """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
