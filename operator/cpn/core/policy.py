@@ -186,7 +186,8 @@ class Reservation:
     fleet's largest node takes no new job once that job is behind (draining, its wait
     bound run out and its room starting later still,
     :meth:`cpn.core.reservations.Reservations.behind`): no backfill there on predicted
-    ends, nor beside it by resource, so the room clears as the jobs already on it end
+    ends, nor beside it by resource (the spare nodes of its hedge, below, backfill as
+    usual), so the room clears as the jobs already on it end
     (or, checkpointing, are stopped for it under ``preemption.for_overdue``); only the
     room of the one such job due first, so one room at a time stands empty.
 

@@ -10,8 +10,8 @@ cycle keep clear of reserved nodes unless they end before the reservation starts
 every reservation they touch keeps its start, there or moved to other room (backfill by
 resource, :meth:`Reservations.fit_beside`). An overdue job's reservation also claims spare
 nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`);
-an overdue gang's may take no new job at all (``reservation.freeze_overdue_gangs``,
-:meth:`Reservations.frozen`).
+an overdue gang's own room (not those spare nodes) may take no new job at all
+(``reservation.freeze_overdue_gangs``, :meth:`Reservations.frozen`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -47,6 +47,7 @@ class Reserved:
     nodes: frozenset[str]
     start_s: float
     end_s: float
+    spare: frozenset[str] = frozenset()  # nodes claimed as a hedge (:meth:`Reservations.hedged`)
 
     @property
     def job_key(self) -> str:
@@ -108,13 +109,15 @@ class Reservations:
         end = self.now + cand.transfer_s + max(cand.runtime_s, high)
         strict = self.policy.ordering in STRICT_ORDERINGS
         mine = self.position.get(job.key, 0)
-        return [
-            res
-            for res in here
-            if res.job_key != job.key
-            and (end > res.start_s or not self.policy.reservation.backfill or self.frozen(res))
-            and not (strict and mine < self.position.get(res.job_key, 0))
-        ]
+        out = []
+        for res in here:
+            if res.job_key == job.key or (strict and mine < self.position.get(res.job_key, 0)):
+                continue
+            if end > res.start_s or not self.policy.reservation.backfill:
+                out.append(res)
+            elif self.frozen(res):  # its own room takes no job; its hedge backfills as usual
+                out.append(replace(res, nodes=res.nodes - res.spare))
+        return out
 
     def excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
         """Nodes of ``cand`` this job may not use because a reservation holds them."""
@@ -343,7 +346,7 @@ class Reservations:
         # Stable: among nodes predicted to free at the same time, the group's order.
         spare = sorted((name for name in frees if frees[name] < late), key=frees.__getitem__)
         extra = math.ceil(hedge * len(res.nodes))
-        return replace(res, nodes=res.nodes | set(spare[:extra]))
+        return replace(res, nodes=res.nodes | set(spare[:extra]), spare=frozenset(spare[:extra]))
 
     def reserve_ahead(self, ranked: Sequence[Ranked]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
@@ -538,7 +541,8 @@ class Reservations:
     def frozen(self, res: Reserved) -> bool:
         """True if ``res``'s room takes no new job (``reservation.freeze_overdue_gangs``):
         it is the :meth:`first_behind` of the reservations of jobs needing more than the
-        fleet's largest node, so one room at a time stands empty."""
+        fleet's largest node, so one room at a time stands empty. Its hedge
+        (``Reserved.spare``) is not frozen: it backfills as usual (:meth:`in_the_way`)."""
         if not self.policy.reservation.freeze_overdue_gangs:
             return False
         first = self.first_behind(r for r in self.held if r.job.gpus > self._largest_node)
