@@ -128,6 +128,7 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_lead": boolean,
     "sticky_gangs": boolean,
     "freeze_overdue_gangs": boolean,
+    "deadline_hold": boolean,
     "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {

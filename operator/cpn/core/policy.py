@@ -191,6 +191,14 @@ class Reservation:
     (or, checkpointing, are stopped for it under ``preemption.for_overdue``); only the
     room of the one such job due first, so one room at a time stands empty.
 
+    With ``deadline_hold`` a job with a FIFO due time that fits nowhere holds room before
+    it drains, to start there by the instant it would drain (its deadline,
+    :meth:`cpn.core.reservations.Reservations.deadline_s`) rather than as soon as the
+    room frees: others still start there if predicted to end by then, and no job started
+    on it in the meantime can push it past that instant (with exact runtimes). Without
+    it a job reserves only once it drains, and a long job started on its room just
+    before keeps it out for that whole run.
+
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
     predicted to free first and before its room frees at the 90th percentile of the
@@ -219,6 +227,7 @@ class Reservation:
     drain_lead: bool = False
     sticky_gangs: bool = False
     freeze_overdue_gangs: bool = False
+    deadline_hold: bool = False
     hedge_nodes: float = 1.0
 
 

@@ -11,7 +11,9 @@ every reservation they touch keeps its start, there or moved to other room (back
 resource, :meth:`Reservations.fit_beside`). An overdue job's reservation also claims spare
 nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`);
 an overdue gang's own room (not those spare nodes) may take no new job at all
-(``reservation.freeze_overdue_gangs``, :meth:`Reservations.frozen`).
+(``reservation.freeze_overdue_gangs``, :meth:`Reservations.frozen`). Under
+``reservation.deadline_hold`` a job that fits nowhere holds room before it drains, to
+start by the instant it would drain (:meth:`Reservations.deadline_s`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -256,7 +258,8 @@ class Reservations:
         res_policy = self.policy.reservation
         if not res_policy.enabled or len(self.held) >= res_policy.max_reservations:
             return None
-        if not self.reserves(job):
+        deadline = self.deadline_s(job)
+        if not self.reserves(job) and deadline is None:
             return None
         best: tuple[bool, float, bool, str, str, Reserved] | None = None
         kept: Reserved | None = None  # on the group it reserved last cycle (sticky_gangs)
@@ -294,9 +297,27 @@ class Reservations:
             here = self._clear_s(kept.key, job.gpus, MEDIAN_Q) + kept.end_s - kept.start_s
             if there >= here:
                 res = kept
+        if deadline is not None and res.start_s < deadline and not self.draining(job):
+            # Held to start by its deadline, not as soon as it can: others may still use
+            # the room until then.
+            res = replace(res, start_s=deadline, end_s=res.end_s + deadline - res.start_s)
         res = self.hedged(res)
         self.held.append(res)
         return res
+
+    def deadline_s(self, job: Job) -> float | None:
+        """Under ``reservation.deadline_hold`` (with ``drain_fifo`` and ``fifo_share``
+        above 0), for a job with a FIFO due time: the instant it drains if it has not
+        started by then (``fifo_share`` of :meth:`wait_limit_s`, as :meth:`draining`
+        measures it; now once it is past it); None otherwise. :meth:`reserve` holds such
+        a job's room to start by then."""
+        res_policy = self.policy.reservation
+        if not (res_policy.deadline_hold and res_policy.drain_fifo and res_policy.fifo_share > 0):
+            return None
+        if job.fifo_due_s is None:
+            return None
+        need = res_policy.fifo_share * self.wait_limit_s(job)
+        return self.now + max(0.0, need - self.waited(job))
 
     def _sticks(self, job: Job, kept: Reserved) -> bool:
         """True if ``job`` may keep last cycle's group (``reservation.sticky_gangs``): it
@@ -364,7 +385,11 @@ class Reservations:
             return
         if res_policy.head:
             self.heads = self._heads(ranked)
-        worthy = [item for item in ranked if self.reserves(item.job)]
+        worthy = [
+            item
+            for item in ranked
+            if self.reserves(item.job) or self.deadline_s(item.job) is not None
+        ]
 
         # Draining jobs first (under drain_fifo in due order, whatever their size:
         # :meth:`drain_order`); then big jobs (they cannot backfill; small ones soon find
