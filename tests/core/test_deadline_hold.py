@@ -18,7 +18,7 @@ from tests.builders import cluster, job, nodes, running, snapshot
 A100 = "A100-80GB"
 
 
-def _plan(hold: bool, other_runtime_s: float, big_due_s: float):
+def _plan(hold: bool, other_runtime_s: float, big_due_s: float, min_gpus: float = 16.0):
     """m-0 has 4 GPUs free until a 4-GPU job ends at 3,000; m-1 is busy until 30,000. The
     8-GPU job, submitted at 0 with a FIFO due time of ``big_due_s``, has waited 1,000 s at
     ``fifo_share`` 0.9 (with 10,000 it drains at 9,000). A 4-GPU job of ``other_runtime_s``
@@ -37,7 +37,11 @@ def _plan(hold: bool, other_runtime_s: float, big_due_s: float):
     policy = QueuePolicy(
         aging=Aging(max_wait_s=None),
         reservation=Reservation(
-            drain_after_s=None, fifo_share=0.9, hedge_nodes=0.0, deadline_hold=hold
+            drain_after_s=None,
+            fifo_share=0.9,
+            hedge_nodes=0.0,
+            deadline_hold=hold,
+            min_gpus=min_gpus,
         ),
     )
     snap = snapshot(jobs=[big, other], clusters=[c], running_jobs=busy, now_s=1000, policy=policy)
@@ -58,5 +62,14 @@ def test_a_job_holds_room_to_start_by_its_deadline(
 ):
     plan = _plan(hold, other_runtime_s, big_due_s)
     assert ("other" in {s.job_key for s in plan.starts}) is started
+    held = next(h for h in plan.holds if h.job_key == "big")
+    assert held.reserved_start_s == reserved_at
+
+
+@pytest.mark.parametrize(("hold", "reserved_at"), [(False, 3000.0), (True, 9000.0)])
+def test_a_job_reserving_for_its_size_is_held_to_its_deadline_too(hold, reserved_at):
+    """With ``min_gpus`` 8 the 8-GPU job reserves for its size: at the earliest start,
+    3,000 (m-0 frees), or under the option at its deadline, 9,000."""
+    plan = _plan(hold, 20_000.0, 10_000.0, min_gpus=8.0)
     held = next(h for h in plan.holds if h.job_key == "big")
     assert held.reserved_start_s == reserved_at

@@ -195,9 +195,11 @@ class Reservation:
     it drains, to start there by the instant it would drain (its deadline,
     :meth:`cpn.core.reservations.Reservations.deadline_s`) rather than as soon as the
     room frees: others still start there if predicted to end by then, and no job started
-    on it in the meantime can push it past that instant (with exact runtimes). Without
-    it a job reserves only once it drains, and a long job started on its room just
-    before keeps it out for that whole run.
+    on it in the meantime can push it past that instant (with exact runtimes). A job
+    reserving for its size or its wait (``min_gpus``, ``aging.max_wait_s``) but not yet
+    draining is held to that instant too. Without the option a job reserves only once it
+    drains (or for its size or wait), and a long job started on its room just before
+    keeps it out for that whole run.
 
     An overdue job (draining and past its own FIFO due time) that must wait for room
     also claims up to ``hedge_nodes`` times as many nodes again in the same group, those

@@ -299,7 +299,8 @@ class Reservations:
                 res = kept
         if deadline is not None and res.start_s < deadline and not self.draining(job):
             # Held to start by its deadline, not as soon as it can: others may still use
-            # the room until then.
+            # the room until then (also when it reserves for its size or wait: keeping
+            # those at their earliest start measured worse, docs/policy.md).
             res = replace(res, start_s=deadline, end_s=res.end_s + deadline - res.start_s)
         res = self.hedged(res)
         self.held.append(res)
