@@ -270,6 +270,10 @@ def test_member_etcd_stopped(hub: hubkit.Hub, namespace: str) -> None:
     assert figures.detect_s is not None and figures.detect_s <= DETECT_WITHIN_S
 
 
+# The hub's API server is restarted under this test's own client too: its pool may drop a
+# dead TLS connection without closing it, and the socket's ResourceWarning at collection
+# (an error under filterwarnings) would fail a test whose figures held (seen once in CI).
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_hub_apiserver_restarted_mid_burst(hub: hubkit.Hub, namespace: str) -> None:
     """The hub's kube-apiserver stopped and started again while a burst of 30 AIJobs is
     being dispatched: nothing lost, stuck or taken twice."""
