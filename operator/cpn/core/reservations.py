@@ -313,12 +313,16 @@ class Reservations:
         measures it; now once it is past it); None otherwise. :meth:`reserve` holds such
         a job's room to start by then."""
         res_policy = self.policy.reservation
-        if not (res_policy.deadline_hold and res_policy.drain_fifo and res_policy.fifo_share > 0):
+        if not (res_policy.deadline_hold and res_policy.drain_fifo and job.fifo_due_s is not None):
             return None
-        if job.fifo_due_s is None:
-            return None
-        need = res_policy.fifo_share * self.wait_limit_s(job)
-        return self.now + max(0.0, need - self.waited(job))
+        need = self._drain_wait_s(job)
+        return None if need is None else self.now + max(0.0, need - self.waited(job))
+
+    def _drain_wait_s(self, job: Job) -> float | None:
+        """Under ``fifo_share`` above 0, the wait at which ``job`` drains (that share of
+        :meth:`wait_limit_s`); None with ``fifo_share`` 0 (it drains at its due time)."""
+        share = self.policy.reservation.fifo_share
+        return share * self.wait_limit_s(job) if share > 0 else None
 
     def _sticks(self, job: Job, kept: Reserved) -> bool:
         """True if ``job`` may keep last cycle's group (``reservation.sticky_gangs``): it
@@ -476,14 +480,12 @@ class Reservations:
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
-            share = res_policy.fifo_share
-            if share <= 0:
+            need = self._drain_wait_s(job)
+            if need is None:
                 if fifo_due(job, self.now):
                     return True
-            else:
-                need = share * self.wait_limit_s(job)
-                if waited >= need or waited + self._lead_s(job) >= need:
-                    return True
+            elif waited >= need or waited + self._lead_s(job) >= need:
+                return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
             return False
