@@ -308,6 +308,19 @@ class BenchmarkTable:
         ``precision``'s class when it was measured in it."""
         return frozenset(self._curves(model, gpu_type, precision) or {})
 
+    def measured_batches(
+        self, model: str, gpu_type: str, gpus: int = 1, precision: str | None = None
+    ) -> tuple[int, ...]:
+        """Batch sizes ``model`` was measured at on ``gpu_type`` (both already resolved), at
+        the GPU count :meth:`samples_per_s` reads for ``gpus``; () when unmeasured. Outside
+        their range :meth:`samples_per_s` returns the nearest one's throughput."""
+        by_gpus = self._curves(model, gpu_type, precision)
+        if not by_gpus:
+            return ()
+        want = max(1, int(gpus))
+        measured = min(by_gpus, key=lambda g: (abs(math.log(g / want)), g))
+        return tuple(b for b, _ in by_gpus[measured])
+
     def samples_per_s(
         self,
         model: str,

@@ -304,20 +304,22 @@ def model_spec(model: str) -> ModelSpec:
 
 
 def effective_tflops(spec: GpuSpec, precision: str | None = None) -> float:
-    """The compute figure a job can use: FP32 (TF32), tensor FP16, or their geometric mean.
+    """The compute figure a job can use: FP32 (TF32), or the geometric mean of FP32 and
+    tensor FP16.
 
     ``precision`` "fp32" and "tf32" use the TF32 tensor figure where the GPU has one
     (Ampere and later: PyTorch's cuDNN convolutions run FP32 training on TF32 by default,
-    NVIDIA's containers its matmuls too), else FP32; "fp16", "bf16", "amp" or "mixed"
-    use the tensor FP16 figure; unknown (None or "") uses the geometric mean of FP32 and
-    FP16, because most training today mixes both (tensor-core matmuls, FP32 reductions
-    and optimizer).
+    NVIDIA's containers its matmuls too), else FP32. Mixed precision ("fp16", "bf16",
+    "amp", "mixed") and unknown (None or "") use the geometric mean of the FP32 (CUDA
+    core) and tensor FP16 figures: a mixed-precision step runs its matrix products on
+    tensor cores and the rest (normalisation, softmax, the loss, the optimizer on FP32
+    master weights) on CUDA cores, and most training today mixes both. The tensor
+    figure alone rated an A100 (312) and an H100 (989) far above a GeForce RTX 4090
+    (165: half-rate FP32 accumulate, but 82.6 FP32); see docs/predictor.md (issue 17).
     """
     p = (precision or "").lower()
     if p in {"fp32", "tf32"}:
         return max(spec.fp32_tflops, spec.tf32_tflops)
-    if p in {"fp16", "bf16", "amp", "mixed"}:
-        return spec.fp16_tflops
     return math.sqrt(spec.fp32_tflops * spec.fp16_tflops)
 
 

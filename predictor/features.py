@@ -59,8 +59,10 @@ FEATURES: tuple[str, ...] = (
 )
 #: 2: the prior is the fitted-alpha anchor / latency-aware roofline; 3: multi-GPU anchors
 #: add the gradient exchange over the GPUs' link, alpha is fitted on one-GPU rows; 4: a
-#: target between the model's measured types gets the per-model time fit (Priors._physics)
-SCHEMA_VERSION = 4
+#: target between the model's measured types gets the per-model time fit (Priors._physics);
+#: 5: mixed precision's compute figure is the geometric mean of FP32 and tensor FP16, the
+#: anchors are the same benchmark's types, the exchange per sample scales with 1 / batch
+SCHEMA_VERSION = 5
 
 #: Domains with a fixed code (unknown ones map to 0).
 DOMAINS: tuple[str, ...] = (

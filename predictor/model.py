@@ -234,7 +234,9 @@ class ThroughputModel:
         for q in queries:
             mspec = self.specs.model(q.model, q.input)
             gspec = self.specs.gpu(q.gpu_type)
-            anchor = self.priors.anchor(q.model, q.gpu_type, q.batch_size, q.gpus, q.precision)
+            anchor = self.priors.anchor(
+                q.model, q.gpu_type, q.batch_size, q.gpus, q.precision, q.input
+            )
             options: list[tuple[float, bool, float]] = []
             if anchor is not None:
                 options.append((anchor[0], True, anchor[1]))

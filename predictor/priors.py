@@ -65,9 +65,13 @@ class Priors:
         )
         self._measured: dict[str, frozenset[str]] = {}
         by_model: dict[str, set[str]] = defaultdict(set)
+        by_input: dict[tuple[str, str], set[str]] = defaultdict(set)
         for m in measurements:
             by_model[m.model].add(m.gpu_type)
+            by_input[(m.model, m.input)].add(m.gpu_type)
         self._measured = {k: frozenset(v) for k, v in by_model.items()}
+        #: (model, input) -> GPU types that benchmark (the model on that input) was run on
+        self._measured_input = {k: frozenset(v) for k, v in by_input.items()}
         self._rows_of: dict[str, list[Measurement]] = defaultdict(list)
         for m in measurements:
             self._rows_of[m.model].append(m)
@@ -142,9 +146,21 @@ class Priors:
         return self.roof.samples_per_s(mspec, self.specs.gpu(gpu_type), batch_size, gpus, precision)
 
     def anchor(
-        self, model: str, gpu_type: str, batch_size: int, gpus: int, precision: str
+        self,
+        model: str,
+        gpu_type: str,
+        batch_size: int,
+        gpus: int,
+        precision: str,
+        input_name: str = "",
     ) -> tuple[float, float] | None:
         """(prior samples/s, distance) scaled from the model's *other* GPU types, or None.
+
+        The anchors are the types the same benchmark (``model`` on ``input_name``) was
+        measured on when there are any besides ``gpu_type``, else every type the model
+        was measured on: Gavel's ResNet-50 on ImageNet is not scaled from Lambda's
+        ResNet-50 rows when Gavel measured it elsewhere (as the speed-ratio transfer's
+        rule 1, :mod:`predictor.transfer`).
 
         One GPU: each anchor type's throughput times :func:`blend_ratio`, combined in a
         geometric mean weighted by 1 / (0.1 + |log ratio|)^2 (closest types weigh most).
@@ -157,7 +173,9 @@ class Priors:
         Without link figures or multi-GPU anchors: the anchors' own multi-GPU rows scaled
         like one GPU (the anchors' scaling efficiency).
         """
-        key = (model, gpu_type, batch_size, gpus, precision)
+        same = self._measured_input.get((model, input_name), frozenset()) - {gpu_type}
+        anchors = tuple(sorted(same or (self.measured_types(model) - {gpu_type})))
+        key = (model, gpu_type, batch_size, gpus, precision, anchors)
         if key in self._cache:
             return self._cache[key]
         result: tuple[float, float] | None = None
@@ -167,7 +185,7 @@ class Priors:
             batch_size=batch_size,
             gpus=gpus,
             precision=precision,
-            anchors=tuple(sorted(self.measured_types(model) - {gpu_type})),
+            anchors=anchors,
         )
         if t.anchors and self.physics:
             result = self._physics(t)
@@ -288,8 +306,12 @@ class Priors:
 
         For an anchor measured on one GPU (``s1``) and on ``m`` GPUs (``sm``, the count
         nearest ``gpus``), each worker spends ``m / sm - 1 / s1`` seconds per sample
-        beyond its compute: the gradient exchange (its volume is the model's, so the
-        batch cancels). On the target it takes that times ``link(anchor) / link(target)``.
+        beyond its compute: the gradient exchange. Its volume is the model's, once per
+        step, so per sample it scales as ``1 / batch``: read at the target's batch size
+        when the anchor measured it, else at the nearest measured one ``b'`` and scaled
+        by ``b' / batch`` (Lambda measured every type at the batch that fills its
+        memory: V100-16GB's are 2-4x smaller than the 24-80 GB types'). On the target it
+        takes that times ``link(anchor) / link(target)``.
         The anchors' costs are averaged with weights 1 / (0.1 + |log link ratio|)^2 (an
         anchor on the same kind of link says most), clipped at 0, and added to the
         one-GPU prior's time per sample: ``samples/s = gpus / (1 / one + exchange)``
@@ -314,11 +336,15 @@ class Priors:
                 continue
             ratio = spec.link_gbs / link
             weight = 1.0 / (0.1 + abs(math.log(ratio))) ** 2
-            total += weight * (m / sm - 1.0 / s1) * ratio
+            per_sample = m / sm - 1.0 / s1
+            batches = self.table.measured_batches(t.model, anchor, m, t.precision)
+            if batches and t.batch_size > 0:  # read at the nearest measured batch size
+                per_sample *= min(max(t.batch_size, min(batches)), max(batches)) / t.batch_size
+            total += weight * per_sample * ratio
             total_w += weight
         if total_w <= 0:
             return None
-        one_key = (t.model, t.gpu_type, t.batch_size, 1, t.precision, "singles")
+        one_key = (t.model, t.gpu_type, t.batch_size, 1, t.precision, "singles", singles)
         if one_key not in self._cache:
             self._cache[one_key] = self._scaled(replace(t, gpus=1, anchors=singles))
         one = self._cache[one_key]

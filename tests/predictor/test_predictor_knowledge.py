@@ -133,6 +133,19 @@ def test_fp32_uses_tf32_tensor_cores_where_the_gpu_has_them():
     )  # unknown precision: unchanged
 
 
+def test_mixed_precision_compute_is_the_mean_of_cuda_and_tensor_cores():
+    """A mixed-precision step runs matmuls on tensor cores, the rest on CUDA cores: the
+    geometric mean of FP32 and tensor FP16, as for unknown precision."""
+    from predictor.catalog import effective_tflops
+
+    for gpu in ("A100-80GB", "RTX4090", "V100-16GB"):
+        spec = gpu_spec(gpu)
+        for precision in ("fp16", "bf16", "amp", "mixed"):
+            assert effective_tflops(spec, precision) == pytest.approx(
+                math.sqrt(spec.fp32_tflops * spec.fp16_tflops)
+            )
+
+
 # --------------------------------------------------------------------------- the rule
 
 

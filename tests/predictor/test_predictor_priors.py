@@ -170,6 +170,45 @@ def test_exchange_prior_moves_the_exchange_time_by_link_bandwidth(holdout):
         assert old is not None and abs(old[0] / m.samples_per_s - 1) > 0.02, m
 
 
+def test_exchange_per_sample_scales_with_one_over_the_batch_beyond_the_measured_ones():
+    """The exchange is once per step: at a batch below every anchor's, each sample carries
+    more of it (anchors measured at 64 only, the target at 16 and 256)."""
+    exchange_per_step = 2.0  # s x GB/s per step and extra worker
+
+    def sps(gpu: str, batch: int, gpus: int) -> float:
+        one = 100.0 * blend_ratio(gpu_spec("T4"), gpu_spec(gpu), "fp32", 0.3)
+        link = gpu_spec(gpu).link_gbs
+        return gpus / (1.0 / one + exchange_per_step * (gpus - 1) / link / batch)
+
+    rows = [
+        _row("gpt2", gpu, 64, gpus, sps(gpu, 64, gpus))
+        for gpu in GPUS
+        if gpu != "A10"
+        for gpus in (1, 2, 8)
+    ]
+    priors = Priors(rows, Specs(), physics=False)
+    for batch in (16, 64, 256):
+        got = priors.anchor("gpt2", "A10", batch, 8, "fp32")
+        assert got is not None
+        assert got[0] == pytest.approx(sps("A10", batch, 8), rel=1e-6), batch
+
+
+def test_anchors_are_the_same_benchmarks_types_when_it_was_measured_elsewhere():
+    """A model measured on two inputs: a query for one input is scaled from that input's
+    rows (when there are any on other types), not from the other benchmark's."""
+    rows = [_row("resnet50", gpu, 32, 1, 100.0) for gpu in ("T4", "V100-16GB")]
+    other = replace(_row("resnet50", "A100-40GB", 32, 1, 5000.0), input="imagenet")
+    rows.append(other)
+    priors = Priors(rows, Specs())
+    same = priors.anchor("resnet50", "A10", 32, 1, "fp32")
+    assert same == priors._scaled(_target("resnet50", "A10", 32, 1, ("T4", "V100-16GB")))
+    other_input = priors.anchor("resnet50", "A10", 32, 1, "fp32", "imagenet")
+    assert other_input == priors._scaled(_target("resnet50", "A10", 32, 1, ("A100-40GB",)))
+    # an input measured only on the target type: every measured type anchors
+    every = priors.anchor("resnet50", "T4", 32, 1, "fp32", "cifar10")
+    assert every == priors._scaled(_target("resnet50", "T4", 32, 1, ("A100-40GB", "V100-16GB")))
+
+
 def test_exchange_prior_falls_back_without_link_figures():
     """A GPU type with no link figure gets the anchors' own multi-GPU scaling."""
     table = BenchmarkTable(
