@@ -29,6 +29,7 @@ from predictor.artifacts import save as save_artifact
 from predictor.benchmarks import BenchmarkError, BenchmarkTable
 from predictor.catalog import UnknownName, canonical_gpu, gpu_types
 from predictor.evaluation import evaluate
+from predictor.file_precision import Inferred, infer_precision, with_precision
 from predictor.knowledge import (
     COLLAPSE,
     RULE,
@@ -109,20 +110,33 @@ def _parser() -> argparse.ArgumentParser:
 
 def _tables(
     args: argparse.Namespace,
-) -> tuple[BenchmarkTable, list[Rejected], BenchmarkTable | None]:
-    """(screened training table, rejected rows, the --benchmarks file's own table)."""
+    exclude_gpu: str | None = None,
+    exclude_model: str | None = None,
+    *,
+    infer: bool = True,
+) -> tuple[BenchmarkTable, list[Rejected], BenchmarkTable | None, Inferred | None]:
+    """(screened training table, rejected rows, the --benchmarks file's own table, the
+    precision inferred for its rows that state none: :mod:`predictor.file_precision`,
+    judged without the held-out type's or model's rows; None without a file, with
+    --without-shipped or not ``infer``)."""
     own = BenchmarkTable.load(args.benchmarks) if args.benchmarks is not None else None
+    inferred = None
     if args.without_shipped:
         if own is None:
             raise ValueError("--without-shipped needs --benchmarks")
         table, rejected = screened(own)
     else:
+        if own is not None and infer:
+            gpu = own.resolve_gpu(exclude_gpu) if exclude_gpu else None
+            model = own.resolve_model(exclude_model) if exclude_model else None
+            inferred = infer_precision(own, shipped(), exclude_gpu=gpu, exclude_model=model)
+            own = with_precision(own, inferred.precision)
         table, rejected = with_shipped(own)
-    return table, rejected, own
+    return table, rejected, own, inferred
 
 
 def _train(args: argparse.Namespace) -> int:
-    table, _, _ = _tables(args)
+    table, _, _, _ = _tables(args)
     measurements = measurements_from_table(table)
     if args.history is not None:
         measurements += _history_measurements(args.history)
@@ -214,7 +228,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _screen(args: argparse.Namespace) -> int:
-    table, rejected, _ = _tables(args)
+    table, rejected, _, _ = _tables(args, infer=False)
     report = {
         "rule": RULE,
         "superlinear_factor": SUPERLINEAR,
@@ -240,7 +254,7 @@ def _screen(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    table, rejected, own = _tables(args)
+    table, rejected, own, inferred = _tables(args, args.holdout_gpu, args.holdout_model)
     measurements = measurements_from_table(table)
     holdout_gpu = table.resolve_gpu(args.holdout_gpu) if args.holdout_gpu else None
     holdout_model = table.resolve_model(args.holdout_model) if args.holdout_model else None
@@ -289,6 +303,12 @@ def _evaluate(args: argparse.Namespace) -> int:
         sources=table.source,
         rows_rejected=len(rejected),
     )
+    if inferred is not None:
+        result.update(
+            inferred_precision=inferred.precision or "unknown",
+            precision_errors={p or "unknown": round(e, 4) for p, e in inferred.errors.items()},
+            precision_judged_rows=inferred.rows,
+        )
     if args.json:
         print(json.dumps(result))
     else:
