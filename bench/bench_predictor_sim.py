@@ -109,11 +109,7 @@ def _canonical(model: str) -> str:
 
 def without_models(table: BenchmarkTable, models: frozenset[str]) -> BenchmarkTable:
     """``table`` minus every row of ``models``."""
-    return BenchmarkTable(
-        [r for r in table.rows if r.model not in models],
-        extra_models=table.extra_models,
-        extra_gpus=table.extra_gpus,
-    )
+    return table.with_rows([r for r in table.rows if r.model not in models], source="")
 
 
 def run_holdout(

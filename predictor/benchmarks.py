@@ -308,6 +308,16 @@ class BenchmarkTable:
         ``precision``'s class when it was measured in it."""
         return frozenset(self._curves(model, gpu_type, precision) or {})
 
+    def with_rows(self, rows: Iterable[BenchmarkRow], source: str | None = None) -> BenchmarkTable:
+        """A table of ``rows`` knowing this one's stand-alone models and GPUs (its source
+        unless ``source`` is given)."""
+        return BenchmarkTable(
+            rows,
+            extra_models=self.extra_models,
+            extra_gpus=self.extra_gpus,
+            source=self.source if source is None else source,
+        )
+
     def measured_batches(
         self, model: str, gpu_type: str, gpus: int = 1, precision: str | None = None
     ) -> tuple[int, ...]:

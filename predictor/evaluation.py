@@ -124,11 +124,7 @@ def evaluate_with_observations(
     held = [r for r in table.rows if r.gpu_type == holdout_gpu]
     if not held:
         raise ValueError(f"no rows for {holdout_gpu!r}")
-    rest = BenchmarkTable(
-        [r for r in table.rows if r.gpu_type != holdout_gpu],
-        extra_models=table.extra_models,
-        extra_gpus=table.extra_gpus,
-    )
+    rest = table.with_rows([r for r in table.rows if r.gpu_type != holdout_gpu], source="")
     est = OnlinePredictor(table=rest, retrain="off", family=family, seed=seed)
     by_model: dict[str, list[BenchmarkRow]] = defaultdict(list)
     for r in held:

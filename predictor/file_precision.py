@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from predictor.benchmarks import BenchmarkRow, BenchmarkTable
+from predictor.benchmarks import BenchmarkTable
 from predictor.measurements import measurements_from_table, query_of
 from predictor.model import ThroughputModel
 
@@ -85,9 +84,4 @@ def with_precision(own: BenchmarkTable, precision: str) -> BenchmarkTable:
     """``own`` with ``precision`` on every row that states none."""
     if not precision:
         return own
-    rows: Sequence[BenchmarkRow] = [
-        r if r.precision else replace(r, precision=precision) for r in own.rows
-    ]
-    return BenchmarkTable(
-        rows, extra_models=own.extra_models, extra_gpus=own.extra_gpus, source=own.source
-    )
+    return own.with_rows(r if r.precision else replace(r, precision=precision) for r in own.rows)

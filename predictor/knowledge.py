@@ -149,13 +149,7 @@ def screened(table: BenchmarkTable) -> tuple[BenchmarkTable, list[Rejected]]:
     kept, rejected = screen(table.rows)
     if not rejected:
         return table, []
-    clean = BenchmarkTable(
-        kept,
-        extra_models=table.extra_models,
-        extra_gpus=table.extra_gpus,
-        source=table.source,
-    )
-    return clean, rejected
+    return table.with_rows(kept), rejected
 
 
 @cache

@@ -437,12 +437,7 @@ class OnlinePredictor:
                 self.history.add_benchmarks(kept)
             with self._lock:
                 table = self.table
-                self.table = BenchmarkTable(
-                    [*table.rows, *rows],
-                    extra_models=table.extra_models,
-                    extra_gpus=table.extra_gpus,
-                    source=table.source,
-                )
+                self.table = table.with_rows([*table.rows, *rows])
                 self._base = measurements_from_table(self.table)
         except Exception as exc:  # noqa: BLE001 - learning must never take the operator down
             log.warning("predictor: learning benchmark rows failed (%s)", exc)
