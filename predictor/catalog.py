@@ -253,15 +253,42 @@ def model_names() -> tuple[str, ...]:
     return tuple(_catalogs().models)
 
 
+#: Words of a GPU name that say how the board is built or sold, not which GPU it is:
+#: the SXM socket, NVIDIA's HGX/DGX boards, memory technologies, PCIe generations,
+#: "Founders Edition". A name no alias matches is tried again without them.
+_BOARD_WORDS = re.compile(
+    r"\b(?:sxm\d?|hgx|dgx|hbm\d?e?|g?ddr\d+x?|gen\s*\d|founders|edition|tensor|core|gpu)\b"
+)
+_MEMORY = re.compile(r"\b(\d+)\s*gb\b")
+
+
 def canonical_gpu(name: str) -> str:
     """Canonical GPU type of ``name`` (an alias, a GFD label value, an nvidia-smi name).
 
-    Raises :class:`UnknownName` naming the input when nothing matches.
+    A name no alias matches is read without its board words (``H200 SXM 141GB``,
+    ``HGX B200``, ``H100 80GB HBM3``); then, if it names a memory size, as the variant of
+    its family with that memory (``A100 40GB SXM4`` -> ``A100-40GB``), or the family's
+    only variant. Raises :class:`UnknownName` naming the input when nothing matches.
     """
-    found = _catalogs().gpu_index.get(gpu_key(name))
-    if found is None:
-        raise UnknownName("GPU type", name)
-    return found
+    index = _catalogs().gpu_index
+    found = index.get(gpu_key(name))
+    if found is not None:
+        return found
+    words = _BOARD_WORDS.sub(" ", re.sub(r"[^a-z0-9]+", " ", name.lower()))
+    found = index.get(gpu_key(words))
+    if found is not None:
+        return found
+    memory = _MEMORY.search(words)
+    rest = gpu_key(_MEMORY.sub(" ", words)) if memory else gpu_key(words)
+    family = _catalogs().families.get(rest, frozenset())
+    variants = family or ({index[rest]} if rest in index else set())
+    if memory is not None:
+        sized = [v for v in variants if gpu_spec(v).memory_gib == float(memory.group(1))]
+        if len(sized) == 1:
+            return sized[0]
+    if len(variants) == 1 and (memory is None or family):
+        return next(iter(variants))
+    raise UnknownName("GPU type", name)
 
 
 def canonical_model(name: str) -> str:

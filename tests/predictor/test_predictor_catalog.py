@@ -119,6 +119,39 @@ def test_gpu_alias_examples(alias, expected):
 
 
 @pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("H100 SXM", "H100-80GB"),  # board words: the SXM socket, HGX/DGX, HBM
+        ("H200 SXM 141GB", "H200-141GB"),
+        ("HGX B200", "B200-180GB"),
+        ("DGX B200", "B200-180GB"),
+        ("NVIDIA A100 80GB HBM2e", "A100-80GB"),
+        ("GeForce RTX 5090 Founders Edition", "RTX5090"),
+        ("A100 SXM4 40GB", "A100-40GB"),  # a memory size picks the family's variant
+        ("V100 SXM2 32GB", "V100-32GB"),
+        ("H100 PCIe 80GB", "H100-80GB-PCIE"),
+        ("B200 192GB", "B200-180GB"),  # a family of one variant takes any size
+        ("H100 NVL", "H100-NVL-94GB"),  # newer types, as public benchmarks name them
+        ("GH200 96GB", "GH200-96GB"),
+        ("RTX 5000 Ada", "RTX5000ADA"),
+        ("RTX A5000", "RTXA5000"),
+        ("Titan RTX", "TITANRTX"),
+        ("GTX 1080 Ti", "GTX1080TI"),
+    ],
+)
+def test_board_words_and_memory_sizes_resolve(name, expected):
+    """Names as benchmark tables write them (form factor, board, memory) find the type."""
+    assert canonical_gpu(name) == expected
+
+
+@pytest.mark.parametrize("name", ["A100 20GB", "H100 PCIe 94GB", "MI300X", "SXM"])
+def test_a_size_no_variant_has_is_not_guessed(name):
+    """A memory size no variant of the family has, or no GPU at all, stays unknown."""
+    with pytest.raises(UnknownName):
+        canonical_gpu(name)
+
+
+@pytest.mark.parametrize(
     ("alias", "expected"),
     [
         ("ResNet-50", "resnet50"),

@@ -302,6 +302,23 @@ def test_evaluate_scores_only_the_files_rows_and_trains_on_the_shipped_tables(tm
     assert "nosuchmodel" in capsys.readouterr().err
 
 
+def test_evaluate_reads_a_plain_file_of_newer_gpu_types(tmp_path, capsys):
+    """A four-column file of types newer than the shipped tables, named as public
+    benchmarks name them, is scored on its held-out type (none of them is in the shipped
+    tables, so every prediction comes from the catalog's figures and the file's rows)."""
+    path = tmp_path / "newer.csv"
+    lines = ["model,gpu_type,batch_size,samples_per_s"]
+    for gpu, scale in (("B200", 4.0), ("GH200 96GB", 2.4), ("H100 NVL", 2.0), ("RTX 5090", 1.6)):
+        for model, sps in (("resnet50", 700.0), ("ssd", 200.0), ("bert_base_squad", 150.0)):
+            lines.append(f"{model},{gpu},64,{sps * scale}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code = main(["evaluate", "--benchmarks", str(path), "--holdout-gpu", "B200", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(out)
+    assert result["n"] == 3 and result["median_ape"] >= 0.0
+
+
 def test_given_models_need_a_held_out_gpu_type(capsys):
     """--given-models with --holdout-model is a clear error, exit 2."""
     code = main(["evaluate", "--holdout-model", "resnet50", "--given-models", "ssd"])
