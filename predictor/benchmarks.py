@@ -27,6 +27,7 @@ from predictor.catalog import (
     catalog_ratio,
     data_text,
     gpu_spec,
+    median_model_facts,
     model_input,
     model_spec,
 )
@@ -46,6 +47,8 @@ class BenchmarkError(ValueError):
 
 _REQUIRED = ("model", "gpu_type", "batch_size", "samples_per_s")
 _MODEL_FEATURES = ("params_m", "forward_gmacs")
+#: the note of a model no catalog entry or row describes (:attr:`BenchmarkTable.imputed_models`)
+_IMPUTED = "not in the model catalog and no params_m/forward_gmacs: the catalog's median facts"
 _GPU_FEATURES = ("fp32_tflops", "bandwidth_gbs", "memory_gib")
 
 
@@ -203,18 +206,21 @@ class BenchmarkTable:
             model = canonical_model(model_name)
         except UnknownName:
             feats = {c: _float(raw, c) for c in _MODEL_FEATURES}
-            if any(v is None for v in feats.values()):
-                raise ValueError(
-                    f"unknown model {model_name!r}: add it to the model catalog or give "
-                    f"{' and '.join(_MODEL_FEATURES)} so the row stands alone"
-                ) from None
+            given = all(v is not None for v in feats.values())
+            params_m, gmacs = (
+                (feats["params_m"] or 0.0, feats["forward_gmacs"] or 0.0)
+                if given
+                else median_model_facts()
+            )
             model = model_name
             extra_models[model] = ModelSpec(
                 name=model,
                 domain=(raw.get("domain") or "").strip() or "unknown",
-                params_m=feats["params_m"] or 0.0,
-                forward_gmacs=feats["forward_gmacs"] or 0.0,
+                params_m=params_m,
+                forward_gmacs=gmacs,
                 input=(raw.get("input") or "").strip(),
+                estimated=not given,
+                note="" if given else _IMPUTED,
             )
         try:
             gpu = canonical_gpu(gpu_name)
@@ -258,6 +264,12 @@ class BenchmarkTable:
             precision=(raw.get("precision") or "").strip(),
             input=(raw.get("input") or "").strip() or model_input(model_name),
         )
+
+    @property
+    def imputed_models(self) -> tuple[str, ...]:
+        """Models of these rows that neither the catalog nor the rows describe: they are
+        kept, with the catalog's median facts, and predicted from their own rows."""
+        return tuple(sorted(n for n, m in self.extra_models.items() if m.note == _IMPUTED))
 
     # -- names and specs (catalog first, then the table's stand-alone rows)
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from statistics import median
 from typing import Any
 
 import yaml
@@ -46,6 +47,7 @@ __all__ = [
     "expand_gpu_types",
     "gpu_spec",
     "gpu_types",
+    "median_model_facts",
     "model_input",
     "model_names",
     "model_spec",
@@ -315,6 +317,14 @@ def expand_gpu_types(name: str) -> frozenset[str]:
     if variants is not None:
         return variants
     return frozenset({canonical_gpu(name)})
+
+
+@cache
+def median_model_facts() -> tuple[float, float]:
+    """(params_m, forward_gmacs): the catalog models' medians, the facts a model nobody
+    describes is given (its measured rows, where it has any, say the rest)."""
+    specs = [model_spec(m) for m in model_names()]
+    return median(m.params_m for m in specs), median(m.forward_gmacs for m in specs)
 
 
 def gpu_spec(gpu_type: str) -> GpuSpec:

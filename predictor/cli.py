@@ -149,6 +149,7 @@ def _train(args: argparse.Namespace) -> int:
                 "family": model.family,
                 "rows": len(measurements),
                 "shrink": model.shrink,
+                "imputed_models": list(table.imputed_models),
             }
         )
     )
@@ -302,6 +303,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         family=args.model_family,
         sources=table.source,
         rows_rejected=len(rejected),
+        imputed_models=list(table.imputed_models),
     )
     if inferred is not None:
         result.update(

@@ -50,11 +50,13 @@ def infer_precision(
     """The precision ``own``'s rows of unknown precision were most likely measured in.
 
     Judged on those rows not of ``exclude_gpu`` nor ``exclude_model`` (what is held out is
-    never read), by a model fitted on ``shipped``'s rows not of them either. ``""``
+    never read), by a model fitted on ``shipped``'s rows not of them either, nor of a model
+    the catalog does not know (its prediction there says nothing of precision). ``""``
     (unknown) when no row can be judged."""
+    unknown = set(own.imputed_models)
 
     def usable(model: str, gpu_type: str) -> bool:
-        return gpu_type != exclude_gpu and model != exclude_model
+        return gpu_type != exclude_gpu and model != exclude_model and model not in unknown
 
     judged = [
         m for m in measurements_from_table(own) if not m.precision and usable(m.model, m.gpu_type)

@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from predictor.benchmarks import BenchmarkTable
-from predictor.catalog import GpuSpec, ModelSpec, UnknownName, effective_tflops
+from predictor.catalog import (
+    GpuSpec,
+    ModelSpec,
+    UnknownName,
+    effective_tflops,
+    median_model_facts,
+)
 from predictor.measurements import Measurement
 
 log = logging.getLogger("predictor")
@@ -31,11 +37,7 @@ class Specs:
         self.table = table if table is not None else BenchmarkTable.default()
         self._models: dict[str, ModelSpec] = {}
         self._gpus: dict[str, GpuSpec] = {}
-        from predictor.catalog import model_names, model_spec
-
-        known = [model_spec(m) for m in model_names()]
-        self._median_params = float(np.median([m.params_m for m in known]))
-        self._median_gmacs = float(np.median([m.forward_gmacs for m in known]))
+        self._median_params, self._median_gmacs = median_model_facts()
 
     def model(self, name: str, input_name: str = "") -> ModelSpec:
         """Facts of model ``name`` trained on ``input_name`` (imputed when unknown)."""

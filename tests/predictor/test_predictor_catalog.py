@@ -245,14 +245,22 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_load_rejects_unknown_model_naming_the_row(tmp_path):
-    """An unknown model without features is an error with file and line."""
+def test_a_model_nobody_describes_is_kept_with_median_facts(tmp_path):
+    """A model the catalog does not know and whose row gives no facts is kept (its rows are
+    measurements like any other), with the catalog models' median facts, and listed as
+    imputed; one whose row gives its facts stands alone and is not."""
     path = _write(
         tmp_path,
-        "model,gpu_type,batch_size,samples_per_s\nresnet50,A100,64,900\nmystery,A100,8,10\n",
+        "model,gpu_type,batch_size,samples_per_s,params_m,forward_gmacs\n"
+        "resnet50,A100,64,900,,\nmystery,A100,8,10,,\nowndesc,A100,8,10,5,2\n",
     )
-    with pytest.raises(BenchmarkError, match=r"line 3.*mystery"):
-        BenchmarkTable.load(path)
+    table = BenchmarkTable.load(path)
+    assert table.imputed_models == ("mystery",)
+    params, gmacs = catalog.median_model_facts()
+    spec = table.model_spec("mystery")
+    assert (spec.params_m, spec.forward_gmacs, spec.estimated) == (params, gmacs, True)
+    assert table.samples_per_s("mystery", "A100", 8) == 10
+    assert table.model_spec("owndesc").params_m == 5 and not table.model_spec("owndesc").estimated
 
 
 def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):

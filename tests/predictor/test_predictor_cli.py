@@ -86,9 +86,14 @@ def test_predict_every_gpu_type_and_unseen_model(capsys):
 def test_bad_input_exits_2(tmp_path, capsys):
     """A malformed benchmark file or missing work is an error naming the problem."""
     bad = tmp_path / "bad.csv"
-    bad.write_text("model,gpu_type,batch_size,samples_per_s\nnope,T4,8,1\n", encoding="utf-8")
+    bad.write_text(
+        "model,gpu_type,batch_size,samples_per_s\nresnet50,NOPE9,8,1\n", encoding="utf-8"
+    )
     assert main(["evaluate", "--benchmarks", str(bad), "--holdout-gpu", "T4"]) == 2
-    assert "line 2" in capsys.readouterr().err
+    assert "line 2: unknown GPU type 'NOPE9'" in capsys.readouterr().err
+    bad.write_text("model,gpu_type,batch_size,samples_per_s\nresnet50,T4,0,1\n", encoding="utf-8")
+    assert main(["evaluate", "--benchmarks", str(bad), "--holdout-gpu", "T4"]) == 2
+    assert "line 2: batch_size" in capsys.readouterr().err
     assert main(["predict", "--model", "resnet50", "--batch-size", "8"]) == 2
     assert "--samples" in capsys.readouterr().err
 
