@@ -46,6 +46,8 @@ class BenchmarkError(ValueError):
 
 
 _REQUIRED = ("model", "gpu_type", "batch_size", "samples_per_s")
+#: other spellings of a column (Lambda's tables say ``num_gpus``)
+_COLUMN_ALIASES = {"num_gpus": "gpus", "num_gpu": "gpus", "gpu_count": "gpus"}
 _MODEL_FEATURES = ("params_m", "forward_gmacs")
 #: the note of a model no catalog entry or row describes (:attr:`BenchmarkTable.imputed_models`)
 _IMPUTED = "not in the model catalog and no params_m/forward_gmacs: the catalog's median facts"
@@ -78,6 +80,18 @@ def precision_class(precision: str | None) -> str:
     if p == "fp32":
         return "fp32"
     return "mixed" if p in {"fp16", "bf16", "amp", "mixed", "tf32"} else ""
+
+
+def _count(raw: Mapping[str, str | None], column: str, default: int) -> int:
+    """A whole number written as one (``64``) or as a float that is one (``64.0``, as
+    pandas writes a column with gaps); ``default`` when empty; ValueError otherwise."""
+    text = (raw.get(column) or "").strip()
+    if not text:
+        return default
+    number = float(text)
+    if not number.is_integer():
+        raise ValueError(f"{column} must be a whole number, got {text!r}")
+    return int(number)
 
 
 def _float(raw: Mapping[str, str | None], column: str) -> float | None:
@@ -175,7 +189,10 @@ class BenchmarkTable:
         if not numbered:
             raise BenchmarkError(f"{source}: empty benchmark file")
         reader = csv.DictReader(line for _, line in numbered)
-        header = reader.fieldnames or []
+        # a spreadsheet's byte-order mark, capitals or spaces do not make another column
+        header = [c.lstrip("\ufeff").strip().lower() for c in reader.fieldnames or []]
+        reader.fieldnames = [_COLUMN_ALIASES.get(c, c) for c in header]
+        header = reader.fieldnames
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
             raise BenchmarkError(f"{source}: missing column(s) {', '.join(missing)}")
@@ -244,9 +261,9 @@ class BenchmarkTable:
                 link_gbs=_float(raw, "link_gbs") or 0.0,
                 tf32_tflops=_float(raw, "tf32_tflops") or 0.0,
             )
-        batch = int((raw.get("batch_size") or "").strip() or "0")
+        batch = _count(raw, "batch_size", 0)
         value = float((raw.get("samples_per_s") or "").strip())
-        gpus = int((raw.get("gpus") or "").strip() or "1")
+        gpus = _count(raw, "gpus", 1)
         if batch < 1:
             raise ValueError(
                 f"batch_size must be a positive integer, got {raw.get('batch_size')!r}"

@@ -263,6 +263,22 @@ def test_a_model_nobody_describes_is_kept_with_median_facts(tmp_path):
     assert table.model_spec("owndesc").params_m == 5 and not table.model_spec("owndesc").estimated
 
 
+def test_load_reads_spreadsheet_and_pandas_spellings(tmp_path):
+    """A byte-order mark, capitals, Lambda's ``num_gpus`` and whole numbers written as
+    floats read as the plain columns; a fractional count is an error naming the row."""
+    path = _write(
+        tmp_path,
+        "\ufeffModel, GPU_Type ,batch_size,samples_per_s,num_gpus\n"
+        "resnet50,A100,64.0,900,1.0\nresnet50,A100,64,1700,2\n",
+    )
+    table = BenchmarkTable.load(path)
+    assert [(r.gpus, r.batch_size) for r in table.rows] == [(1, 64), (2, 64)]
+    assert table.samples_per_s("resnet50", "A100", 64, gpus=2) == 1700
+    bad = "model,gpu_type,batch_size,samples_per_s\nresnet50,A100,64.5,900\n"
+    with pytest.raises(BenchmarkError, match="line 2: batch_size must be a whole number"):
+        BenchmarkTable.load(_write(tmp_path, bad))
+
+
 def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):
     """An unknown GPU type without specs is an error with file and line."""
     path = _write(
