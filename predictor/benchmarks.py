@@ -36,6 +36,7 @@ __all__ = [
     "BenchmarkError",
     "BenchmarkRow",
     "BenchmarkTable",
+    "canonical_precision",
     "precision_class",
     "throughput_ratio",
 ]
@@ -80,6 +81,28 @@ def precision_class(precision: str | None) -> str:
     if p == "fp32":
         return "fp32"
     return "mixed" if p in {"fp16", "bf16", "amp", "mixed", "tf32"} else ""
+
+
+#: how benchmark tables and frameworks spell each precision the predictor tells apart
+_PRECISION_SPELLINGS = {
+    "fp32": ("fp32", "float32", "single", "float", "full"),
+    "tf32": ("tf32",),
+    "fp16": ("fp16", "float16", "half"),
+    "bf16": ("bf16", "bfloat16"),
+    "amp": ("amp", "ampfp16", "fp16amp", "autocast"),
+    "mixed": ("mixed", "mixedprecision"),
+}
+_PRECISION = {
+    alias: name for name, spellings in _PRECISION_SPELLINGS.items() for alias in spellings
+}
+
+
+def canonical_precision(text: str | None) -> str:
+    """A row's precision as the predictor names it (``fp32``, ``tf32``, ``fp16``, ``bf16``,
+    ``amp``, ``mixed``), read without case, spaces, dashes or underscores (``Float32``,
+    ``half``, ``bfloat16``, ``AMP_FP16``); ``""`` (unknown) for anything else, so a file
+    whose precision column says nothing useful is read like one without it."""
+    return _PRECISION.get("".join(ch for ch in (text or "").lower() if ch.isalnum()), "")
 
 
 def _count(raw: Mapping[str, str | None], column: str, default: int) -> int:
@@ -278,7 +301,7 @@ class BenchmarkTable:
             batch_size=batch,
             samples_per_s=value,
             gpus=gpus,
-            precision=(raw.get("precision") or "").strip(),
+            precision=canonical_precision(raw.get("precision")),
             input=(raw.get("input") or "").strip() or model_input(model_name),
         )
 

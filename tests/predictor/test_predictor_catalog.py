@@ -279,6 +279,17 @@ def test_load_reads_spreadsheet_and_pandas_spellings(tmp_path):
         BenchmarkTable.load(_write(tmp_path, bad))
 
 
+def test_load_reads_precision_spellings_and_unknown_ones_as_none(tmp_path):
+    """Frameworks' and tables' spellings of a precision read as the predictor's names; a
+    value it cannot read is unknown (as if the column were empty), so the file's precision
+    is inferred for that row instead of taken as stated."""
+    spellings = ["Float32", "TF32", "half", "bfloat16", "AMP_FP16", "Mixed Precision", "n/a"]
+    lines = ["model,gpu_type,batch_size,samples_per_s,precision"]
+    lines += [f"resnet50,A100,{64 + i},900,{p}" for i, p in enumerate(spellings)]
+    table = BenchmarkTable.load(_write(tmp_path, "\n".join(lines) + "\n"))
+    assert [r.precision for r in table.rows] == ["fp32", "tf32", "fp16", "bf16", "amp", "mixed", ""]
+
+
 def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):
     """An unknown GPU type without specs is an error with file and line."""
     path = _write(
