@@ -270,7 +270,9 @@ def canonical_gpu(name: str) -> str:
     A name no alias matches is read without its board words (``H200 SXM 141GB``,
     ``HGX B200``, ``H100 80GB HBM3``); then, if it names a memory size, as the variant of
     its family with that memory (``A100 40GB SXM4`` -> ``A100-40GB``), or the family's
-    only variant. Raises :class:`UnknownName` naming the input when nothing matches.
+    only variant when its memory is within 10% of that size (``B200 192GB``; ``RTX 6000
+    48GB`` is not the 24 GB Quadro RTX 6000). Raises :class:`UnknownName` naming the input
+    when nothing matches.
     """
     index = _catalogs().gpu_index
     found = index.get(gpu_key(name))
@@ -288,8 +290,11 @@ def canonical_gpu(name: str) -> str:
         sized = [v for v in variants if gpu_spec(v).memory_gib == float(memory.group(1))]
         if len(sized) == 1:
             return sized[0]
-    if len(variants) == 1 and (memory is None or family):
-        return next(iter(variants))
+    if len(variants) == 1:
+        only = next(iter(variants))
+        # the same card under a rounded or first-announced size (B200: 180 or 192 GB)
+        if memory is None or abs(float(memory.group(1)) / gpu_spec(only).memory_gib - 1) <= 0.1:
+            return only
     raise UnknownName("GPU type", name)
 
 

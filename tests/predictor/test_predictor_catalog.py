@@ -144,9 +144,14 @@ def test_board_words_and_memory_sizes_resolve(name, expected):
     assert canonical_gpu(name) == expected
 
 
-@pytest.mark.parametrize("name", ["A100 20GB", "H100 PCIe 94GB", "MI300X", "SXM"])
+@pytest.mark.parametrize(
+    "name",
+    ["A100 20GB", "H100 PCIe 94GB", "RTX 6000 48GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+     "RTX 3090 Ti", "MI300X", "SXM"],
+)  # fmt: skip
 def test_a_size_no_variant_has_is_not_guessed(name):
-    """A memory size no variant of the family has, or no GPU at all, stays unknown."""
+    """A memory size no variant of the family has (within 10% for a family of one), a MIG
+    slice, another card of the same number, or no GPU at all, stays unknown."""
     with pytest.raises(UnknownName):
         canonical_gpu(name)
 
