@@ -24,6 +24,7 @@ from predictor.catalog import (
     UnknownName,
     canonical_gpu,
     canonical_model,
+    canonical_precision,
     catalog_ratio,
     data_text,
     gpu_spec,
@@ -36,7 +37,6 @@ __all__ = [
     "BenchmarkError",
     "BenchmarkRow",
     "BenchmarkTable",
-    "canonical_precision",
     "precision_class",
     "throughput_ratio",
 ]
@@ -77,32 +77,8 @@ class BenchmarkRow:
 def precision_class(precision: str | None) -> str:
     """``"fp32"``, ``"mixed"`` (FP16, BF16, AMP, TF32: tensor cores) or ``""`` (unknown):
     the classes :func:`effective_tflops` tells apart."""
-    p = (precision or "").strip().lower()
-    if p == "fp32":
-        return "fp32"
-    return "mixed" if p in {"fp16", "bf16", "amp", "mixed", "tf32"} else ""
-
-
-#: how benchmark tables and frameworks spell each precision the predictor tells apart
-_PRECISION_SPELLINGS = {
-    "fp32": ("fp32", "float32", "single", "float", "full"),
-    "tf32": ("tf32",),
-    "fp16": ("fp16", "float16", "half"),
-    "bf16": ("bf16", "bfloat16"),
-    "amp": ("amp", "ampfp16", "fp16amp", "autocast"),
-    "mixed": ("mixed", "mixedprecision"),
-}
-_PRECISION = {
-    alias: name for name, spellings in _PRECISION_SPELLINGS.items() for alias in spellings
-}
-
-
-def canonical_precision(text: str | None) -> str:
-    """A row's precision as the predictor names it (``fp32``, ``tf32``, ``fp16``, ``bf16``,
-    ``amp``, ``mixed``), read without case, spaces, dashes or underscores (``Float32``,
-    ``half``, ``bfloat16``, ``AMP_FP16``); ``""`` (unknown) for anything else, so a file
-    whose precision column says nothing useful is read like one without it."""
-    return _PRECISION.get("".join(ch for ch in (text or "").lower() if ch.isalnum()), "")
+    p = canonical_precision(precision)
+    return "fp32" if p == "fp32" else "mixed" if p else ""
 
 
 def _count(raw: Mapping[str, str | None], column: str, default: int) -> int:
@@ -214,8 +190,7 @@ class BenchmarkTable:
         reader = csv.DictReader(line for _, line in numbered)
         # a spreadsheet's byte-order mark, capitals or spaces do not make another column
         header = [c.lstrip("\ufeff").strip().lower() for c in reader.fieldnames or []]
-        reader.fieldnames = [_COLUMN_ALIASES.get(c, c) for c in header]
-        header = reader.fieldnames
+        reader.fieldnames = header = [_COLUMN_ALIASES.get(c, c) for c in header]
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
             raise BenchmarkError(f"{source}: missing column(s) {', '.join(missing)}")
@@ -309,7 +284,7 @@ class BenchmarkTable:
     def imputed_models(self) -> tuple[str, ...]:
         """Models of these rows that neither the catalog nor the rows describe: they are
         kept, with the catalog's median facts, and predicted from their own rows."""
-        return tuple(sorted(n for n, m in self.extra_models.items() if m.note == _IMPUTED))
+        return tuple(sorted(n for n, m in self.extra_models.items() if m.estimated))
 
     # -- names and specs (catalog first, then the table's stand-alone rows)
 

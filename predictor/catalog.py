@@ -41,6 +41,7 @@ __all__ = [
     "UnknownName",
     "canonical_gpu",
     "canonical_model",
+    "canonical_precision",
     "catalog_ratio",
     "data_text",
     "effective_tflops",
@@ -274,10 +275,17 @@ def canonical_gpu(name: str) -> str:
     48GB`` is not the 24 GB Quadro RTX 6000). Raises :class:`UnknownName` naming the input
     when nothing matches.
     """
+    found = _catalogs().gpu_index.get(gpu_key(name)) or _gpu_by_words(name)
+    if found is None:
+        raise UnknownName("GPU type", name)
+    return found
+
+
+@cache
+def _gpu_by_words(name: str) -> str | None:
+    """:func:`canonical_gpu`'s second reading (board words, memory size); None when it
+    finds nothing. Cached: the same name (a node label, a table's column) comes back often."""
     index = _catalogs().gpu_index
-    found = index.get(gpu_key(name))
-    if found is not None:
-        return found
     words = _BOARD_WORDS.sub(" ", re.sub(r"[^a-z0-9]+", " ", name.lower()))
     found = index.get(gpu_key(words))
     if found is not None:
@@ -295,7 +303,7 @@ def canonical_gpu(name: str) -> str:
         # the same card under a rounded or first-announced size (B200: 180 or 192 GB)
         if memory is None or abs(float(memory.group(1)) / gpu_spec(only).memory_gib - 1) <= 0.1:
             return only
-    raise UnknownName("GPU type", name)
+    return None
 
 
 def canonical_model(name: str) -> str:
@@ -345,6 +353,28 @@ def model_spec(model: str) -> ModelSpec:
 # --------------------------------------------------------------------------- ratios
 
 
+#: how benchmark tables and frameworks spell each precision the predictor tells apart
+_PRECISION_SPELLINGS = {
+    "fp32": ("fp32", "float32", "single", "float", "full"),
+    "tf32": ("tf32",),
+    "fp16": ("fp16", "float16", "half"),
+    "bf16": ("bf16", "bfloat16"),
+    "amp": ("amp", "ampfp16", "fp16amp", "autocast"),
+    "mixed": ("mixed", "mixedprecision"),
+}
+_PRECISION = {
+    alias: name for name, spellings in _PRECISION_SPELLINGS.items() for alias in spellings
+}
+
+
+def canonical_precision(text: str | None) -> str:
+    """A row's precision as the predictor names it (``fp32``, ``tf32``, ``fp16``, ``bf16``,
+    ``amp``, ``mixed``), read without case, spaces, dashes or underscores (``Float32``,
+    ``half``, ``bfloat16``, ``AMP_FP16``); ``""`` (unknown) for anything else, so a file
+    whose precision column says nothing useful is read like one without it."""
+    return _PRECISION.get("".join(ch for ch in (text or "").lower() if ch.isalnum()), "")
+
+
 def effective_tflops(spec: GpuSpec, precision: str | None = None) -> float:
     """The compute figure a job can use: FP32 (TF32), or the geometric mean of FP32 and
     tensor FP16.
@@ -359,7 +389,7 @@ def effective_tflops(spec: GpuSpec, precision: str | None = None) -> float:
     figure alone rated an A100 (312) and an H100 (989) far above a GeForce RTX 4090
     (165: half-rate FP32 accumulate, but 82.6 FP32); see docs/predictor.md (issue 17).
     """
-    p = (precision or "").lower()
+    p = canonical_precision(precision)
     if p in {"fp32", "tf32"}:
         return max(spec.fp32_tflops, spec.tf32_tflops)
     return math.sqrt(spec.fp32_tflops * spec.fp16_tflops)
