@@ -75,10 +75,11 @@ class BenchmarkRow:
 
 
 def precision_class(precision: str | None) -> str:
-    """``"fp32"``, ``"mixed"`` (FP16, BF16, AMP, TF32: tensor cores) or ``""`` (unknown):
-    the classes :func:`effective_tflops` tells apart."""
+    """``"fp32"`` (FP32 and TF32: one setup, as Ampere and later run FP32 training on TF32
+    tensor cores by default), ``"mixed"`` (FP16, BF16, AMP) or ``""`` (unknown): the
+    classes :func:`effective_tflops` tells apart."""
     p = canonical_precision(precision)
-    return "fp32" if p == "fp32" else "mixed" if p else ""
+    return "fp32" if p in {"fp32", "tf32"} else "mixed" if p else ""
 
 
 def _count(raw: Mapping[str, str | None], column: str, default: int) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from predictor import catalog
-from predictor.benchmarks import BenchmarkError, BenchmarkTable, throughput_ratio
+from predictor.benchmarks import BenchmarkError, BenchmarkTable, precision_class, throughput_ratio
 from predictor.catalog import (
     UnknownName,
     canonical_gpu,
@@ -293,6 +293,19 @@ def test_load_reads_precision_spellings_and_unknown_ones_as_none(tmp_path):
     lines += [f"resnet50,A100,{64 + i},900,{p}" for i, p in enumerate(spellings)]
     table = BenchmarkTable.load(_write(tmp_path, "\n".join(lines) + "\n"))
     assert [r.precision for r in table.rows] == ["fp32", "tf32", "fp16", "bf16", "amp", "mixed", ""]
+
+
+def test_tf32_rows_are_the_fp32_class(tmp_path):
+    """FP32 training on Ampere and later runs on TF32 tensor cores by default, so a row
+    stating ``tf32`` answers an FP32 query (and a TF32 one) and never a mixed-precision
+    one, and the other way round."""
+    lines = ["model,gpu_type,batch_size,samples_per_s,precision"]
+    lines += ["resnet50,A100,64,900,tf32", "resnet50,A100,64,2400,fp16"]
+    table = BenchmarkTable.load(_write(tmp_path, "\n".join(lines) + "\n"))
+    assert precision_class("TF32") == precision_class("fp32") == "fp32"
+    assert table.samples_per_s("resnet50", "A100", 64, precision="fp32") == 900
+    assert table.samples_per_s("resnet50", "A100", 64, precision="tf32") == 900
+    assert table.samples_per_s("resnet50", "A100", 64, precision="bf16") == 2400
 
 
 def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):
