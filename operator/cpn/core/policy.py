@@ -201,11 +201,12 @@ class Reservation:
     drains (or for its size or wait), and a long job started on its room just before
     keeps it out for that whole run.
 
-    An overdue job (draining and past its own FIFO due time) that must wait for room
-    also claims up to ``hedge_nodes`` times as many nodes again in the same group, those
-    predicted to free first and before its room frees at the 90th percentile of the
-    room's jobs' runtime laws: it starts on whichever claimed room frees first
-    (:meth:`cpn.core.reservations.Reservations.hedged`); 0 turns this off.
+    With ``hedge_nodes`` above 0 (off by default since 4 Dec 2026; docs/policy.md,
+    "Hedged reservations") an overdue job (draining and past its own FIFO due time) that
+    must wait for room also claims up to ``hedge_nodes`` times as many nodes again in the
+    same group, those predicted to free first and before its room frees at the 90th
+    percentile of the room's jobs' runtime laws: it starts on whichever claimed room frees
+    first (:meth:`cpn.core.reservations.Reservations.hedged`).
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
@@ -230,7 +231,7 @@ class Reservation:
     sticky_gangs: bool = False
     freeze_overdue_gangs: bool = False
     deadline_hold: bool = False
-    hedge_nodes: float = 1.0
+    hedge_nodes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
