@@ -74,6 +74,18 @@ class BenchmarkRow:
     origin: str = field(default="", compare=False)
 
 
+class UnknownGpuRow(ValueError):
+    """A row naming a GPU type the catalog lacks, without the columns that would let it
+    stand alone (``name``: the type as the row wrote it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"unknown GPU type {name!r}: add it to the GPU catalog or give "
+            f"{', '.join(_GPU_FEATURES)} so the row stands alone"
+        )
+        self.name = name
+
+
 def precision_class(precision: str | None) -> str:
     """``"fp32"`` (FP32 and TF32: one setup, as Ampere and later run FP32 training on TF32
     tensor cores by default), ``"mixed"`` (FP16, BF16, AMP) or ``""`` (unknown): the
@@ -134,6 +146,8 @@ class BenchmarkTable:
         self.extra_models: Mapping[str, ModelSpec] = dict(extra_models or {})
         self.extra_gpus: Mapping[str, GpuSpec] = dict(extra_gpus or {})
         self.source = source
+        #: rows left out by :meth:`parse` for a GPU type the catalog lacks: (where, type)
+        self.skipped: tuple[tuple[str, str], ...] = ()
         # (model, GPU type, precision class or None for every row) -> (GPUs, batch) -> values
         grouped: dict[tuple[str, str, str | None], dict[tuple[int, int], list[float]]] = (
             defaultdict(lambda: defaultdict(list))
@@ -169,18 +183,25 @@ class BenchmarkTable:
         return cls.parse(text.splitlines(), source="predictor/data/benchmarks.csv")
 
     @classmethod
-    def load(cls, path: str | Path) -> BenchmarkTable:
+    def load(cls, path: str | Path, *, skip_unknown_gpus: bool = False) -> BenchmarkTable:
         """Read and validate a benchmark CSV (raises :class:`BenchmarkError`)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise BenchmarkError(f"{path}: cannot read: {exc}") from exc
-        return cls.parse(text.splitlines(), source=str(path))
+        return cls.parse(text.splitlines(), source=str(path), skip_unknown_gpus=skip_unknown_gpus)
 
     @classmethod
-    def parse(cls, lines: Iterable[str], *, source: str = "<benchmarks>") -> BenchmarkTable:
-        """Parse CSV lines (a header, then rows; ``#`` lines are comments)."""
+    def parse(
+        cls, lines: Iterable[str], *, source: str = "<benchmarks>", skip_unknown_gpus: bool = False
+    ) -> BenchmarkTable:
+        """Parse CSV lines (a header, then rows; ``#`` lines are comments).
+
+        A row naming a GPU type the catalog lacks (and giving no specs of its own) is an
+        error, or with ``skip_unknown_gpus`` left out and listed in the table's
+        ``skipped`` (where, as the row wrote the type); a file with no other row is an
+        error either way."""
         numbered = [
             (number, line)
             for number, line in enumerate(lines, start=1)
@@ -198,15 +219,28 @@ class BenchmarkTable:
         rows: list[BenchmarkRow] = []
         extra_models: dict[str, ModelSpec] = {}
         extra_gpus: dict[str, GpuSpec] = {}
+        skipped: list[tuple[str, str]] = []
         for (number, _), raw in zip(numbered[1:], reader, strict=True):
             where = f"{source} line {number}"
             try:
                 row = cls._row(raw, extra_models, extra_gpus)
+            except UnknownGpuRow as exc:
+                if not skip_unknown_gpus:
+                    raise BenchmarkError(f"{where}: {exc}") from exc
+                skipped.append((where, exc.name))
+                continue
             except (ValueError, TypeError) as exc:
                 raise BenchmarkError(f"{where}: {exc}") from exc
             system = (raw.get("system") or "").strip()
             rows.append(replace(row, origin=f"{where} ({system})" if system else where))
-        return cls(rows, extra_models=extra_models, extra_gpus=extra_gpus, source=source)
+        if skipped and not rows:
+            where, name = skipped[0]
+            raise BenchmarkError(
+                f"{where}: {UnknownGpuRow(name)}; no row of the file names a GPU type it knows"
+            )
+        table = cls(rows, extra_models=extra_models, extra_gpus=extra_gpus, source=source)
+        table.skipped = tuple(skipped)
+        return table
 
     @staticmethod
     def _row(
@@ -218,6 +252,25 @@ class BenchmarkTable:
         gpu_name = (raw.get("gpu_type") or "").strip()
         if not model_name or not gpu_name:
             raise ValueError("model and gpu_type must not be empty")
+        try:
+            gpu = canonical_gpu(gpu_name)
+        except UnknownName:
+            gfeats = {c: _float(raw, c) for c in _GPU_FEATURES}
+            if any(v is None for v in gfeats.values()):
+                raise UnknownGpuRow(gpu_name) from None
+            gpu = gpu_name.upper()
+            fp32 = gfeats["fp32_tflops"] or 0.0
+            extra_gpus[gpu] = GpuSpec(
+                name=gpu,
+                family=gpu,
+                arch="unknown",
+                fp32_tflops=fp32,
+                fp16_tflops=_float(raw, "fp16_tflops") or fp32,
+                memory_gib=gfeats["memory_gib"] or 0.0,
+                bandwidth_gbs=gfeats["bandwidth_gbs"] or 0.0,
+                link_gbs=_float(raw, "link_gbs") or 0.0,
+                tf32_tflops=_float(raw, "tf32_tflops") or 0.0,
+            )
         try:
             model = canonical_model(model_name)
         except UnknownName:
@@ -237,28 +290,6 @@ class BenchmarkTable:
                 input=(raw.get("input") or "").strip(),
                 estimated=not given,
                 note="" if given else _IMPUTED,
-            )
-        try:
-            gpu = canonical_gpu(gpu_name)
-        except UnknownName:
-            gfeats = {c: _float(raw, c) for c in _GPU_FEATURES}
-            if any(v is None for v in gfeats.values()):
-                raise ValueError(
-                    f"unknown GPU type {gpu_name!r}: add it to the GPU catalog or give "
-                    f"{', '.join(_GPU_FEATURES)} so the row stands alone"
-                ) from None
-            gpu = gpu_name.upper()
-            fp32 = gfeats["fp32_tflops"] or 0.0
-            extra_gpus[gpu] = GpuSpec(
-                name=gpu,
-                family=gpu,
-                arch="unknown",
-                fp32_tflops=fp32,
-                fp16_tflops=_float(raw, "fp16_tflops") or fp32,
-                memory_gib=gfeats["memory_gib"] or 0.0,
-                bandwidth_gbs=gfeats["bandwidth_gbs"] or 0.0,
-                link_gbs=_float(raw, "link_gbs") or 0.0,
-                tf32_tflops=_float(raw, "tf32_tflops") or 0.0,
             )
         batch = _count(raw, "batch_size", 0)
         value = float((raw.get("samples_per_s") or "").strip())

@@ -119,7 +119,11 @@ def _tables(
     precision inferred for its rows that state none: :mod:`predictor.file_precision`,
     judged without the held-out type's or model's rows; None without a file, with
     --without-shipped or not ``infer``)."""
-    own = BenchmarkTable.load(args.benchmarks) if args.benchmarks is not None else None
+    own = None
+    if args.benchmarks is not None:
+        own = BenchmarkTable.load(args.benchmarks, skip_unknown_gpus=True)
+        _check_skipped(args, own.skipped, exclude_gpu)
+    skipped = own.skipped if own is not None else ()
     inferred = None
     if args.without_shipped:
         if own is None:
@@ -132,11 +136,44 @@ def _tables(
             inferred = infer_precision(own, shipped(), exclude_gpu=gpu, exclude_model=model)
             own = with_precision(own, inferred.precision)
         table, rejected = with_shipped(own)
+    if own is not None:
+        own.skipped = skipped
     return table, rejected, own, inferred
 
 
+def _check_skipped(
+    args: argparse.Namespace, skipped: Sequence[tuple[str, str]], holdout_gpu: str | None
+) -> None:
+    """Rows of GPU types the catalog lacks are left out with a warning on stderr (the rest
+    of the file still trains and scores); holding out such a type is an error."""
+    if not skipped:
+        return
+    names = sorted({name for _, name in skipped})
+    if holdout_gpu is not None and holdout_gpu.strip().upper() in {n.upper() for n in names}:
+        raise ValueError(
+            f"--holdout-gpu {holdout_gpu!r} is not in the GPU catalog: add it to "
+            "predictor/data/gpus.yaml or give its rows fp32_tflops, bandwidth_gbs and "
+            "memory_gib columns"
+        )
+    print(
+        f"cpn predictor {args.command}: left out {len(skipped)} row(s) of GPU types the "
+        f"catalog lacks: {', '.join(names)} (first: {skipped[0][0]}); add them to "
+        "predictor/data/gpus.yaml or give fp32_tflops, bandwidth_gbs, memory_gib columns",
+        file=sys.stderr,
+    )
+
+
+def _skipped_report(own: BenchmarkTable | None) -> dict[str, object]:
+    """What ``--json`` says of the rows left out for an unknown GPU type."""
+    skipped = own.skipped if own is not None else ()
+    return {
+        "skipped_rows": len(skipped),
+        "unknown_gpu_types": sorted({name for _, name in skipped}),
+    }
+
+
 def _train(args: argparse.Namespace) -> int:
-    table, _, _, _ = _tables(args)
+    table, _, own, _ = _tables(args)
     measurements = measurements_from_table(table)
     if args.history is not None:
         measurements += _history_measurements(args.history)
@@ -150,6 +187,7 @@ def _train(args: argparse.Namespace) -> int:
                 "rows": len(measurements),
                 "shrink": model.shrink,
                 "imputed_models": list(table.imputed_models),
+                **_skipped_report(own),
             }
         )
     )
@@ -229,8 +267,9 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _screen(args: argparse.Namespace) -> int:
-    table, rejected, _, _ = _tables(args, infer=False)
+    table, rejected, own, _ = _tables(args, infer=False)
     report = {
+        **_skipped_report(own),
         "rule": RULE,
         "superlinear_factor": SUPERLINEAR,
         "collapse_factor": COLLAPSE,
@@ -304,6 +343,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         sources=table.source,
         rows_rejected=len(rejected),
         imputed_models=list(table.imputed_models),
+        **_skipped_report(own),
     )
     if inferred is not None:
         result.update(

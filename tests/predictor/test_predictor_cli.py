@@ -106,3 +106,31 @@ def test_evaluate_after_observing_held_out_jobs(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["observed"] == 3 and result["n"] == 0  # one row per model, all observed
     assert main(["evaluate", "--holdout-model", "a3c", "--observe-per-model", "1"]) == 2
+
+
+def test_rows_of_a_gpu_type_the_catalog_lacks_are_left_out_and_named(tmp_path, capsys):
+    """A file that also measures a GPU type the catalog lacks still trains and scores on
+    its other rows: those rows are left out, named on stderr and counted in the JSON (one
+    document on stdout); holding that type out is an error that says what to do."""
+    lines = ["model,gpu_type,batch_size,samples_per_s"]
+    for model, base in (("resnet50", 250.0), ("vgg16", 90.0), ("gpt2", 12.0)):
+        for gpu in ("T4", "A10", "V100-16GB", "A100-40GB"):
+            lines.append(f"{model},{gpu},32,{base * catalog_ratio(gpu_spec('T4'), gpu_spec(gpu))}")
+        lines.append(f"{model},Quantum QX-9,32,{base * 7}")
+    csv = tmp_path / "mixed.csv"
+    csv.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["evaluate", "--benchmarks", str(csv), "--without-shipped", "--holdout-gpu", "A10"]
+    assert main([*args, "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["skipped_rows"] == 3 and result["unknown_gpu_types"] == ["Quantum QX-9"]
+    assert result["n"] == 3 and result["median_ape"] < 5.0
+    assert "left out 3 row(s)" in captured.err and "Quantum QX-9" in captured.err
+    out = tmp_path / "model.joblib"
+    train = ["train", "--benchmarks", str(csv), "--without-shipped", "--out", str(out)]
+    assert main(train) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 12
+    held = ["evaluate", "--benchmarks", str(csv), "--holdout-gpu", "quantum qx-9", "--json"]
+    assert main(held) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "'quantum qx-9' is not in the GPU catalog" in captured.err
