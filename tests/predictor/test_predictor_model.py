@@ -66,7 +66,7 @@ def test_unmeasured_gpu_uses_anchor_and_unknown_model_roofline(rf):
             Query(model="resnet50", gpu_type="A100-80GB", batch_size=64),
             Query(model="bert-base", gpu_type="A100-80GB", batch_size=32),
             Query(model="mystery-net", gpu_type="T4", batch_size=32),
-            Query(model="resnet50", gpu_type="MI300X", batch_size=64),
+            Query(model="resnet50", gpu_type="MI250X", batch_size=64),
         ]
     )
     assert pred.kind == ("anchor", "roofline", "roofline", "unknown-gpu")
