@@ -202,11 +202,12 @@ class Reservation:
     keeps it out for that whole run.
 
     With ``hedge_nodes`` above 0 (off by default since 4 Dec 2026; docs/policy.md,
-    "Hedged reservations") an overdue job (draining and past its own FIFO due time) that
-    must wait for room also claims up to ``hedge_nodes`` times as many nodes again in the
-    same group, those predicted to free first and before its room frees at the 90th
-    percentile of the room's jobs' runtime laws: it starts on whichever claimed room frees
-    first (:meth:`cpn.core.reservations.Reservations.hedged`).
+    "Hedged reservations") an overdue gang (draining and past its own FIFO due time, its
+    room two or more nodes) that must wait for room also claims up to ``hedge_nodes`` times
+    as many nodes again in the same group, never past half the group's nodes with its
+    room, those predicted to free first and before its room frees at the 90th percentile
+    of the room's jobs' runtime laws: it starts on whichever claimed room frees first
+    (:meth:`cpn.core.reservations.Reservations.hedged`).
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size

@@ -8,8 +8,9 @@ pending jobs) may reserve the earliest instant and place it fits as running jobs
 cycle keep clear of reserved nodes unless they end before the reservation starts
 (backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
 every reservation they touch keeps its start, there or moved to other room (backfill by
-resource, :meth:`Reservations.fit_beside`). An overdue job's reservation also claims spare
-nodes, those predicted to free next (``reservation.hedge_nodes``, :meth:`Reservations.hedged`);
+resource, :meth:`Reservations.fit_beside`). An overdue gang's reservation may also
+claim spare nodes, those predicted to free next (``reservation.hedge_nodes``,
+:meth:`Reservations.hedged`);
 an overdue gang's own room (not those spare nodes) may take no new job at all
 (``reservation.freeze_overdue_gangs``, :meth:`Reservations.frozen`). Under
 ``reservation.deadline_hold`` a job that fits nowhere holds room before it drains, to
@@ -354,14 +355,24 @@ class Reservations:
         would still run at its start, and its job starts on the first room that frees.
         Where the room's end is certain (exact estimates) no node frees before it that the
         reservation did not already take, so nothing is hedged.
+
+        Only a gang's room is hedged, one of two or more nodes: its start is the latest of
+        several nodes' ends, the one most exposed to a job outliving its estimate, while
+        a job on one node starts on whichever node frees first anyway. And a room with its
+        hedge holds at most half of the group's nodes, so the rest keeps taking work (in
+        a group of two nodes nothing is hedged). Measured in docs/policy.md, "Hedged
+        reservations".
         """
         job = res.job
         hedge = self.policy.reservation.hedge_nodes
-        if hedge <= 0 or res.start_s <= self.now:
+        if hedge <= 0 or len(res.nodes) < 2 or res.start_s <= self.now:
             return res
         if not (self.draining(job) and fifo_due(job, self.now)):
             return res
         slots = {slot.name: slot for slot in self.capacity.usable[res.key]}
+        room = len(slots) // 2 - len(res.nodes)  # what half the group leaves for a hedge
+        if room <= 0:
+            return res
         late = max([res.start_s] + [self._empty_at(slots[name]) for name in res.nodes])
         taken = held_nodes([r for r in self.held if r.key == res.key])
         frees = {
@@ -371,7 +382,7 @@ class Reservations:
         }
         # Stable: among nodes predicted to free at the same time, the group's order.
         spare = sorted((name for name in frees if frees[name] < late), key=frees.__getitem__)
-        extra = math.ceil(hedge * len(res.nodes))
+        extra = min(math.ceil(hedge * len(res.nodes)), room)
         return replace(res, nodes=res.nodes | set(spare[:extra]), spare=frozenset(spare[:extra]))
 
     def reserve_ahead(self, ranked: Sequence[Ranked]) -> None:
