@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import copy
 import json
 import logging
 import threading
@@ -156,6 +157,7 @@ class Informer:
         self._paged = paged
         self._api = api
         self._list = list_fn
+        self._watch_fn = _without_retries(list_fn)
         self._on_event = on_event
         self._kwargs = kwargs
         self._timeout_s = timeout_s
@@ -243,7 +245,7 @@ class Informer:
             self._watch = watch.Watch()
             self.watches += 1
             stream = self._watch.stream(
-                self._list,
+                self._watch_fn,
                 resource_version=version,
                 timeout_seconds=self._timeout_s,
                 allow_watch_bookmarks=True,
@@ -279,6 +281,24 @@ class Informer:
                 continue
             self.last_ok = time.monotonic()
             # stream ended by timeout: resume from the last version seen
+
+
+def _without_retries(list_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``list_fn`` on a client of its own that never retries a request, for watches: a
+    server hung just as a watch opens would otherwise be asked again (urllib3 retries a
+    read timeout before the response) and surface only after several silences, as a
+    failure instead of a silent watch. The informer opens its watches again itself.
+    ``list_fn`` as it is when it is not a method of a generated API class."""
+    owner: Any = getattr(list_fn, "__self__", None)
+    api_client = getattr(owner, "api_client", None)
+    if not isinstance(api_client, client.ApiClient):
+        return list_fn
+    cfg = copy.deepcopy(api_client.configuration)
+    cfg.retries = False
+    fresh: Callable[..., Any] = getattr(
+        type(owner)(client.ApiClient(configuration=cfg)), list_fn.__name__
+    )
+    return fresh
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
