@@ -141,13 +141,14 @@ class BenchmarkTable:
         extra_models: Mapping[str, ModelSpec] | None = None,
         extra_gpus: Mapping[str, GpuSpec] | None = None,
         source: str = "",
+        skipped: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.rows: tuple[BenchmarkRow, ...] = tuple(rows)
         self.extra_models: Mapping[str, ModelSpec] = dict(extra_models or {})
         self.extra_gpus: Mapping[str, GpuSpec] = dict(extra_gpus or {})
         self.source = source
-        #: rows left out by :meth:`parse` for a GPU type the catalog lacks: (where, type)
-        self.skipped: tuple[tuple[str, str], ...] = ()
+        #: rows :meth:`parse` left out for a GPU type the catalog lacks: (where, type)
+        self.skipped: tuple[tuple[str, str], ...] = tuple(skipped)
         # (model, GPU type, precision class or None for every row) -> (GPUs, batch) -> values
         grouped: dict[tuple[str, str, str | None], dict[tuple[int, int], list[float]]] = (
             defaultdict(lambda: defaultdict(list))
@@ -238,9 +239,9 @@ class BenchmarkTable:
             raise BenchmarkError(
                 f"{where}: {UnknownGpuRow(name)}; no row of the file names a GPU type it knows"
             )
-        table = cls(rows, extra_models=extra_models, extra_gpus=extra_gpus, source=source)
-        table.skipped = tuple(skipped)
-        return table
+        return cls(
+            rows, extra_models=extra_models, extra_gpus=extra_gpus, source=source, skipped=skipped
+        )
 
     @staticmethod
     def _row(
@@ -368,13 +369,14 @@ class BenchmarkTable:
         return frozenset(self._curves(model, gpu_type, precision) or {})
 
     def with_rows(self, rows: Iterable[BenchmarkRow], source: str | None = None) -> BenchmarkTable:
-        """A table of ``rows`` knowing this one's stand-alone models and GPUs (its source
-        unless ``source`` is given)."""
+        """A table of ``rows`` knowing this one's stand-alone models and GPUs and the rows
+        it left out (its source unless ``source`` is given)."""
         return BenchmarkTable(
             rows,
             extra_models=self.extra_models,
             extra_gpus=self.extra_gpus,
             source=self.source if source is None else source,
+            skipped=self.skipped,
         )
 
     def measured_batches(

@@ -27,7 +27,7 @@ from pathlib import Path
 from predictor.artifacts import load as load_artifact
 from predictor.artifacts import save as save_artifact
 from predictor.benchmarks import BenchmarkError, BenchmarkTable
-from predictor.catalog import UnknownName, canonical_gpu, gpu_types
+from predictor.catalog import UnknownName, canonical_gpu, gpu_key, gpu_types
 from predictor.evaluation import evaluate
 from predictor.file_precision import Inferred, infer_precision, with_precision
 from predictor.knowledge import (
@@ -123,7 +123,6 @@ def _tables(
     if args.benchmarks is not None:
         own = BenchmarkTable.load(args.benchmarks, skip_unknown_gpus=True)
         _check_skipped(args, own.skipped, exclude_gpu)
-    skipped = own.skipped if own is not None else ()
     inferred = None
     if args.without_shipped:
         if own is None:
@@ -136,8 +135,6 @@ def _tables(
             inferred = infer_precision(own, shipped(), exclude_gpu=gpu, exclude_model=model)
             own = with_precision(own, inferred.precision)
         table, rejected = with_shipped(own)
-    if own is not None:
-        own.skipped = skipped
     return table, rejected, own, inferred
 
 
@@ -149,7 +146,7 @@ def _check_skipped(
     if not skipped:
         return
     names = sorted({name for _, name in skipped})
-    if holdout_gpu is not None and holdout_gpu.strip().upper() in {n.upper() for n in names}:
+    if holdout_gpu is not None and gpu_key(holdout_gpu) in {gpu_key(n) for n in names}:
         raise ValueError(
             f"--holdout-gpu {holdout_gpu!r} is not in the GPU catalog: add it to "
             "predictor/data/gpus.yaml or give its rows fp32_tflops, bandwidth_gbs and "

@@ -320,6 +320,21 @@ def test_load_rejects_unknown_gpu_naming_the_row(tmp_path):
         BenchmarkTable.load(path)
 
 
+def test_skipped_rows_of_unknown_gpus_stay_known_to_derived_tables(tmp_path):
+    """With ``skip_unknown_gpus`` such a row is left out and listed (where, as written),
+    and a table derived from the file's rows (a precision set on them) still lists it;
+    a file with no other row is an error all the same."""
+    text = "model,gpu_type,batch_size,samples_per_s\nvgg16,MI250X,8,10\nvgg16,T4,8,20\n"
+    table = BenchmarkTable.load(_write(tmp_path, text), skip_unknown_gpus=True)
+    assert [r.gpu_type for r in table.rows] == ["T4"]
+    assert [name for _, name in table.skipped] == ["MI250X"]
+    assert table.skipped[0][0].endswith("line 2")
+    assert table.with_rows(table.rows).skipped == table.skipped
+    only = "model,gpu_type,batch_size,samples_per_s\nvgg16,MI250X,8,10\n"
+    with pytest.raises(BenchmarkError, match=r"line 2.*MI250X.*no row of the file"):
+        BenchmarkTable.load(_write(tmp_path, only), skip_unknown_gpus=True)
+
+
 def test_load_rejects_bad_numbers(tmp_path):
     """A non-positive throughput or batch is an error naming the row."""
     bad = "model,gpu_type,batch_size,samples_per_s\nvgg16,T4,8,-1\n"
