@@ -302,7 +302,7 @@ class WaitCalibrator:
         and the later high are taken, and neither source can make the range collapse below
         the other. Past ratios alone miss a queue of new jobs (philly-nov-a, no labels); the
         runtimes' range alone misses overtaking when laws are narrow (Gavel's labelled
-        11cb48): README, "ETA accuracy". The range always holds the stated start; a bound
+        11cb48): docs/results.md, "ETA range". The range always holds the stated start; a bound
         of neither source leaves the range out.
         """
         wait = found.start_s - now_s

@@ -27,7 +27,8 @@ With ``--seeds 0,1,2,3,4`` every policy that learns or preempts runs once per se
 seed picks which jobs checkpoint and seeds the predictor's forest; ``fifo`` and
 ``oracle`` take the true runtimes and never preempt, so they run once). One run is one
 sample of a chaotic system: the last bits of a float (another CPU's vector maths, see
-the README) or which jobs checkpoint can move a longest wait by tens of hours. So
+docs/results.md, "One run is one sample") or which jobs checkpoint can move a longest
+wait by tens of hours. So
 the checks are taken on the worst seed: the least recovered share, and a check passes
 only if it passes on every seed; the table gives the median over seeds of the average
 JCT and p99 wait, and the worst longest wait.
