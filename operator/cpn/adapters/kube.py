@@ -97,6 +97,15 @@ def client_from_kubeconfig(kubeconfig: Mapping[str, Any] | str) -> client.ApiCli
     return client.ApiClient(configuration=cfg)
 
 
+def client_without_retries(api: client.ApiClient) -> client.ApiClient:
+    """A client of its own (its own connection pool) on ``api``'s configuration that never
+    retries a request: for calls whose caller times them and tries again itself (probes,
+    watches), where urllib3's retry of a read timeout would only hide a hung server."""
+    cfg = copy.deepcopy(api.configuration)
+    cfg.retries = False
+    return client.ApiClient(configuration=cfg)
+
+
 def member_kubeconfig(core: Any, spec: Mapping[str, Any], namespace: str) -> str:
     """The kubeconfig text of a MemberCluster ``spec`` from its Secret in ``namespace``
     (``spec.kubeconfigSecret``: name, key default ``kubeconfig``), checked to need no exec
@@ -293,10 +302,8 @@ def _without_retries(list_fn: Callable[..., Any]) -> Callable[..., Any]:
     api_client = getattr(owner, "api_client", None)
     if not isinstance(api_client, client.ApiClient):
         return list_fn
-    cfg = copy.deepcopy(api_client.configuration)
-    cfg.retries = False
     fresh: Callable[..., Any] = getattr(
-        type(owner)(client.ApiClient(configuration=cfg)), list_fn.__name__
+        type(owner)(client_without_retries(api_client)), list_fn.__name__
     )
     return fresh
 

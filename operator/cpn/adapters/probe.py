@@ -12,7 +12,6 @@ loses its etcd, which a list served from the watch cache would not show.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable
 import urllib3
 from kubernetes import client
 
-from cpn.adapters.kube import error_line
+from cpn.adapters.kube import client_without_retries, error_line
 from cpn.core.health import Probe
 
 log = logging.getLogger(__name__)
@@ -51,11 +50,8 @@ class Prober(threading.Thread):
     ) -> None:
         super().__init__(name=f"probe-{name}", daemon=True)
         self.member = name
-        # Its own client: its own connection pool, and no retry (a retry would double the
-        # time a hung server takes to count as one miss).
-        cfg = copy.deepcopy(api.configuration)
-        cfg.retries = False
-        self._api = client.ApiClient(configuration=cfg)
+        # No retry: a retry would double the time a hung server takes to count as a miss.
+        self._api = client_without_retries(api)
         self._on_result = on_result
         self.period_s = period_s
         self.timeout_s = timeout_s
