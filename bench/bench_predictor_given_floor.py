@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+from bench_predictor_logo import REFERENCE_MODELS  # the script's directory is on sys.path
 
 from predictor.benchmarks import precision_class
 from predictor.knowledge import shipped
 from predictor.measurements import Measurement, measurements_from_table, query_of
 from predictor.model import ThroughputModel
-
-#: as bench/bench_predictor_logo.py: resnet50, a detector and a transformer
-REFERENCE_MODELS = ("resnet50", "ssd", "transformer", "bert-base")
 
 
 def _key(m: Measurement) -> tuple[str, int]:
@@ -101,7 +98,7 @@ def run(types: Sequence[str]) -> dict[str, object]:
                     3,
                 )
                 if refs
-                else math.nan,
+                else None,  # no reference model measured on the type
             }
         )
     out.sort(key=lambda r: -float(r["floor_given"]))  # type: ignore[arg-type]
