@@ -132,6 +132,13 @@ def test_hung_member_requeues_after_the_policys_timeout_from_not_ready_and_runs_
             timeout_s=60,
             what="the stale attempt removed",
         )
+        # The test's own watch of the member may see the completion after the hub did
+        # (its stream was held up by the pause too): wait for it rather than read it once.
+        wait_for(
+            lambda: creations.runs()[uid] >= 1,
+            timeout_s=60,
+            what="the test's watch to see the member Job complete",
+        )
         runs = creations.runs()[uid]
     after_not_ready_s = requeued_s - not_ready_s
     print(
