@@ -16,9 +16,19 @@ import numpy as np
 from predictor.benchmarks import BenchmarkRow, BenchmarkTable, precision_class
 from predictor.catalog import effective_tflops
 from predictor.measurements import Measurement
-from predictor.roofline import Specs, blend_ratio, fit_alpha, fit_roofline, time_terms
+from predictor.roofline import (
+    Specs,
+    blend_ratio,
+    fit_alpha,
+    fit_roofline,
+    kept_digits,
+    time_terms,
+)
 
 log = logging.getLogger("predictor")
+
+#: a time fit's coefficient under this is 0: noise around a term the rows do not need
+_COEF_FLOOR = 1e-12
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,7 +254,7 @@ class Priors:
         if t.gpus > 1 and "x" not in columns:
             return None  # no multi-GPU rows to learn the exchange from
         terms = time_terms(target, t.batch_size, t.gpus, t.precision)
-        per_sample_s = float(np.dot([terms[c] for c in columns], coef))
+        per_sample_s = math.fsum(terms[c] * k for c, k in zip(columns, coef, strict=True))
         if not per_sample_s > 0 or not math.isfinite(per_sample_s):
             return None
         ratios = (self._ratio(a, t.gpu_type, t.precision, t.model) for a in t.anchors)
@@ -280,7 +290,7 @@ class Priors:
             except (ValueError, RuntimeError):  # pragma: no cover - defensive
                 coef = None
             if coef is not None and np.all(np.isfinite(coef)) and coef.any():
-                result = (columns, coef)
+                result = (columns, kept_digits(coef, floor=_COEF_FLOOR))
         self._physics_fits[key] = result
         return result
 

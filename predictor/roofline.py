@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -190,74 +191,105 @@ ROOFLINE_MAX_ROWS = 5000
 
 
 def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
-    """:class:`Roofline` fitted by robust least squares on log throughput.
+    """:class:`Roofline` fitted by robust (soft-L1) least squares on log throughput.
 
     Needs rows of at least two models; otherwise (or if the fit fails) the efficiency
     alone is fitted (median), with no latency term and the exchange at link peak. Four
     numbers do not need more than :data:`ROOFLINE_MAX_ROWS` rows: beyond that an evenly
     spaced subset is used (retraining on raw history stays fast).
+
+    The same rows give the same roofline on every CPU: the residuals are computed one
+    row at a time with ``math`` (numpy's vector maths differs in its last bits with the
+    CPU's SIMD), MINPACK's Levenberg-Marquardt uses no BLAS (``least_squares``' default
+    method runs on BLAS, whose kernels OpenBLAS picks by CPU), and the soft-L1 loss is
+    reached by reweighting. It matters because the fit has flat directions (a compute
+    share near 0, a latency term no row needs) where two CPUs' fits stopped apart in the
+    sixth digit, and every schedule learned on top of it followed (docs/results.md,
+    "One run is one sample").
     """
     if len(measurements) > ROOFLINE_MAX_ROWS:
         step = math.ceil(len(measurements) / ROOFLINE_MAX_ROWS)
         measurements = measurements[::step]
-    flops = np.asarray(
-        [
-            max(specs.model(m.model, m.input).train_gflops_per_sample, 1e-6) * 1e9
-            for m in measurements
-        ]
+    # per row: FLOPs per sample, log compute and log bandwidth (both as FLOP/s), batch,
+    # GPUs, the exchange's time at link peak, log samples/s, square root of the weight
+    rows = [
+        (
+            max(specs.model(m.model, m.input).train_gflops_per_sample, 1e-6) * 1e9,
+            math.log(effective_tflops(specs.gpu(m.gpu_type), m.precision or None) * 1e12),
+            math.log(specs.gpu(m.gpu_type).bandwidth_gbs * 1e9 * FLOPS_PER_BYTE),
+            float(max(m.batch_size, 1)),
+            float(max(m.gpus, 1)),
+            exchange_volume_s(specs.model(m.model, m.input), specs.gpu(m.gpu_type), m.gpus),
+            math.log(m.samples_per_s),
+            math.sqrt(m.weight),
+        )
+        for m in measurements
+    ]
+    # log efficiency of each row at the midpoint of compute and bandwidth, no latency
+    middle = statistics.median(
+        y - math.log(n) - 0.5 * (compute + memory) + math.log(flops)
+        for flops, compute, memory, _, n, _, y, _ in rows
     )
-    compute = np.log(
-        [effective_tflops(specs.gpu(m.gpu_type), m.precision or None) * 1e12 for m in measurements]
-    )
-    memory = np.log(
-        [specs.gpu(m.gpu_type).bandwidth_gbs * 1e9 * FLOPS_PER_BYTE for m in measurements]
-    )
-    batch = np.asarray([max(m.batch_size, 1) for m in measurements], dtype=np.float64)
-    gpus = np.asarray([max(m.gpus, 1) for m in measurements], dtype=np.float64)
-    volume = np.asarray(
-        [
-            exchange_volume_s(specs.model(m.model, m.input), specs.gpu(m.gpu_type), m.gpus)
-            for m in measurements
-        ]
-    )
-    y = np.log([m.samples_per_s for m in measurements])
-    w = np.sqrt(np.asarray([m.weight for m in measurements], dtype=np.float64))
-
-    def predict(p: np.ndarray) -> np.ndarray:
-        alpha = 1.0 / (1.0 + math.exp(-float(np.clip(p[3], -30, 30))))
-        speed = np.exp(alpha * compute + (1 - alpha) * memory)
-        step = math.exp(p[0]) + batch * flops / (math.exp(p[1]) * speed) + math.exp(p[2]) * volume
-        result: np.ndarray = np.log(gpus * batch / step)
-        return result
-
     fallback = Roofline(
-        t0_s=0.0,
-        efficiency=float(
-            np.exp(np.median(y - np.log(gpus) - np.log(np.exp(0.5 * (compute + memory)) / flops)))
-        ),
-        exchange=1.0,
-        alpha=0.5,
+        t0_s=0.0, efficiency=float(kept_digits([math.exp(middle)])[0]), exchange=1.0, alpha=0.5
     )
-    if len({m.model for m in measurements}) < 2:
+    if len({m.model for m in measurements}) < 2 or len(rows) < 4:
         return fallback
+
+    def errors(p: Sequence[float]) -> list[float]:
+        """Weighted log error of each row under parameters ``p`` (clipped to the box)."""
+        q = [min(max(v, lo), hi) for v, lo, hi in zip(p, *_ROOFLINE_BOX, strict=True)]
+        alpha = 1.0 / (1.0 + math.exp(-q[3]))
+        t0, eff, exch = math.exp(q[0]), math.exp(q[1]), math.exp(q[2])
+        return [
+            (math.log(n * b / (t0 + b * flops / (eff * speed) + exch * volume)) - y) * root_w
+            for flops, compute, memory, b, n, volume, y, root_w in rows
+            for speed in (math.exp(alpha * compute + (1 - alpha) * memory),)
+        ]
+
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
+    p = [math.log(0.01), math.log(0.3), 0.0, 0.0]
+    scale = [1.0] * len(rows)
     try:
-        fit = least_squares(
-            lambda p: (predict(p) - y) * w,
-            np.asarray([math.log(0.01), math.log(0.3), 0.0, 0.0]),
-            loss="soft_l1",
-            bounds=([-20.0, -12.0, -20.0, -30.0], [3.0, 3.0, 10.0, 30.0]),
-        )
+        for _ in range(_REWEIGHTS):
+            fit = least_squares(
+                lambda x, k: np.asarray([e * ki for e, ki in zip(errors(x), k, strict=True)]),
+                np.asarray(p),
+                method="lm",
+                args=(scale,),
+            )
+            p = [
+                min(max(float(v), lo), hi) for v, lo, hi in zip(fit.x, *_ROOFLINE_BOX, strict=True)
+            ]
+            # soft-L1: each row's squared error weighted by 1 / sqrt(1 + error^2)
+            scale = [(1.0 + e * e) ** -0.25 for e in errors(p)]
     except (ValueError, np.linalg.LinAlgError) as exc:  # pragma: no cover - defensive
         log.warning("roofline fit failed (%s); median efficiency only", exc)
         return fallback
-    p = fit.x
+    t0, efficiency, exchange = kept_digits([math.exp(v) for v in p[:3]])
     return Roofline(
-        t0_s=float(math.exp(p[0])),
-        efficiency=float(math.exp(p[1])),
-        exchange=float(math.exp(p[2])),
-        alpha=float(1.0 / (1.0 + math.exp(-p[3]))),
+        t0_s=float(t0),
+        efficiency=float(efficiency),
+        exchange=float(exchange),
+        alpha=round(1.0 / (1.0 + math.exp(-p[3])), 6),  # in [0, 1]: six decimals
+    )
+
+
+#: the box the roofline's parameters (log t0, log efficiency, log exchange, the compute
+#: share's logit) are kept in: lower bounds, upper bounds
+_ROOFLINE_BOX = ((-20.0, -12.0, -20.0, -30.0), (3.0, 3.0, 10.0, 30.0))
+#: reweighting rounds of the soft-L1 fit
+_REWEIGHTS = 6
+
+
+def kept_digits(values: Sequence[float] | np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """``values`` to six significant digits, those under ``floor`` in size to 0. A fit's
+    last digits depend on the BLAS kernels the CPU runs (OpenBLAS picks them by CPU),
+    and what is learned on top of it (the forest's splits, so every schedule) amplifies
+    them; rounded, the same rows give the same fit on any machine."""
+    return np.asarray(
+        [0.0 if abs(v) < floor else float(f"{v:.6g}") for v in np.asarray(values, dtype=np.float64)]
     )
 
 

@@ -309,3 +309,32 @@ def test_physics_prior_needs_two_anchor_types():
     assert priors.anchor("gpt2", "V100-16GB", 32, 2, "fp32") == blended.anchor(
         "gpt2", "V100-16GB", 32, 2, "fp32"
     )
+
+
+def _last_bits(rows: list[Measurement]) -> list[Measurement]:
+    """``rows`` with each throughput moved in its last bits, as another CPU's BLAS
+    kernels move a fit's sums."""
+    return [
+        replace(m, samples_per_s=m.samples_per_s * (1 + (i % 7 - 3) * 4e-16))
+        for i, m in enumerate(rows)
+    ]
+
+
+def test_fits_do_not_carry_last_bit_noise():
+    """The roofline and the per-model time fits keep only the digits they mean: rows that
+    differ in their last bits give equal fits (so equal forests and schedules on any
+    CPU), while a change of a few per cent moves them."""
+    rows = _physics_rows()
+    noisy = _last_bits(rows)
+    assert noisy != rows
+    assert fit_roofline(noisy, Specs()) == fit_roofline(rows, Specs())
+    a, b = Priors(rows, Specs()), Priors(noisy, Specs())
+    for model in _PHYSICS:
+        fit_a, fit_b = a._physics_fit(model, GPUS, "fp32"), b._physics_fit(model, GPUS, "fp32")
+        assert fit_a is not None and fit_b is not None
+        assert fit_a[0] == fit_b[0] and fit_a[1].tolist() == fit_b[1].tolist(), model
+    moved = [
+        replace(m, samples_per_s=m.samples_per_s * 1.05) if m.model == "resnet50" else m
+        for m in rows
+    ]
+    assert fit_roofline(moved, Specs()) != fit_roofline(rows, Specs())
