@@ -198,9 +198,9 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
     numbers do not need more than :data:`ROOFLINE_MAX_ROWS` rows: beyond that an evenly
     spaced subset is used (retraining on raw history stays fast).
 
-    The same rows give the same roofline on every CPU: the residuals are computed one
-    row at a time with ``math`` (numpy's vector maths differs in its last bits with the
-    CPU's SIMD), MINPACK's Levenberg-Marquardt uses no BLAS (``least_squares``' default
+    The same rows give the same roofline whatever BLAS kernels and vector instructions
+    the CPU has: the residuals are computed one row at a time with ``math`` (numpy's
+    vector maths differs in its last bits with the CPU's SIMD), MINPACK's Levenberg-Marquardt uses no BLAS (``least_squares``' default
     method runs on BLAS, whose kernels OpenBLAS picks by CPU), and the soft-L1 loss is
     reached by reweighting. It matters because the fit has flat directions (a compute
     share near 0, a latency term no row needs) where two CPUs' fits stopped apart in the
@@ -287,7 +287,7 @@ def kept_digits(values: Sequence[float] | np.ndarray, floor: float = 0.0) -> np.
     """``values`` to six significant digits, those under ``floor`` in size to 0. A fit's
     last digits depend on the BLAS kernels the CPU runs (OpenBLAS picks them by CPU),
     and what is learned on top of it (the forest's splits, so every schedule) amplifies
-    them; rounded, the same rows give the same fit on any machine."""
+    them; rounded, the same rows give the same fit on any of them."""
     return np.asarray(
         [0.0 if abs(v) < floor else float(f"{v:.6g}") for v in np.asarray(values, dtype=np.float64)]
     )
