@@ -200,9 +200,10 @@ def fit_roofline(measurements: Sequence[Measurement], specs: Specs) -> Roofline:
 
     The same rows give the same roofline whatever BLAS kernels and vector instructions
     the CPU has: the residuals are computed one row at a time with ``math`` (numpy's
-    vector maths differs in its last bits with the CPU's SIMD), MINPACK's Levenberg-Marquardt uses no BLAS (``least_squares``' default
-    method runs on BLAS, whose kernels OpenBLAS picks by CPU), and the soft-L1 loss is
-    reached by reweighting. It matters because the fit has flat directions (a compute
+    vector maths differs in its last bits with the CPU's SIMD), MINPACK's
+    Levenberg-Marquardt uses no BLAS (``least_squares``' default method runs on BLAS,
+    whose kernels OpenBLAS picks by CPU), and the soft-L1 loss is reached by
+    reweighting. It matters because the fit has flat directions (a compute
     share near 0, a latency term no row needs) where two CPUs' fits stopped apart in the
     sixth digit, and every schedule learned on top of it followed (docs/results.md,
     "One run is one sample").
