@@ -6,7 +6,11 @@ infeasible ones), ``finished``, ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``,
 ``gpu_utilization``, ``wall_s``; extras: ``trace_jobs``, ``infeasible``,
 ``unfinished``, ``preemptions``, ``lost_gpu_h`` (GPU-hours preemptions threw away:
 restart overhead plus work since the last checkpoint), ``moved_gb`` (data and images
-moved between clusters), ``cycles``, ``skipped_cycles``, ``plan_wall_s``, ``estimator``.
+moved between clusters), ``cycles``, ``skipped_cycles``, ``plan_wall_s``, ``estimator``,
+``estimate_rank_corr`` (how well the estimates rank the jobs: Spearman's correlation between
+finished jobs' predicted and actual GPU-time, each runtime on the GPU type the job last started
+on; 1 when the estimates order the jobs as their true runtimes do, near 0 when they carry no
+order; null with fewer than three such jobs).
 
 Definitions: JCT = finish - submit; wait = JCT minus the time the job held GPUs
 (for a job never preempted: first start - submit); makespan = last finish -
@@ -86,8 +90,46 @@ def metrics(result: SimResult) -> dict[str, Any]:
         "skipped_cycles": result.skipped_cycles,
         "plan_wall_s": round(result.plan_wall_s, 3),
         "estimator": result.estimator,
+        "estimate_rank_corr": estimate_rank_corr(done),
     }
     return out
+
+
+def _average_ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 0, tied values sharing the mean of their ranks."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for index in order[start : end + 1]:
+            ranks[index] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
+def estimate_rank_corr(records: Sequence[JobRecord]) -> float | None:
+    """Spearman's correlation between the predicted and the actual GPU-time of ``records``
+    that have both (see the module docstring); None with fewer than three, 0 when either
+    side is constant."""
+    pairs = [
+        (r.gpus * r.estimate_s, r.gpus * r.runtime_s)
+        for r in records
+        if r.estimate_s is not None and r.finish_s is not None
+    ]
+    if len(pairs) < 3:
+        return None
+    left = _average_ranks([p for p, _ in pairs])
+    right = _average_ranks([a for _, a in pairs])
+    mean = (len(pairs) - 1) / 2
+    cov = math.fsum((x - mean) * (y - mean) for x, y in zip(left, right, strict=True))
+    var_left = math.fsum((x - mean) ** 2 for x in left)
+    var_right = math.fsum((y - mean) ** 2 for y in right)
+    if var_left == 0 or var_right == 0:
+        return 0.0
+    return round(cov / math.sqrt(var_left * var_right), 3)
 
 
 def _round(value: float) -> float:
