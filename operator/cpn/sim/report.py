@@ -95,25 +95,12 @@ def metrics(result: SimResult) -> dict[str, Any]:
     return out
 
 
-def _average_ranks(values: Sequence[float]) -> list[float]:
-    """Ranks from 0, tied values sharing the mean of their ranks."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for index in order[start : end + 1]:
-            ranks[index] = (start + end) / 2
-        start = end + 1
-    return ranks
-
-
 def estimate_rank_corr(records: Sequence[JobRecord]) -> float | None:
     """Spearman's correlation between the predicted and the actual GPU-time of ``records``
     that have both (see the module docstring); None with fewer than three, 0 when either
     side is constant."""
+    from scipy.stats import spearmanr  # type: ignore[import-untyped]
+
     pairs = [
         (r.gpus * r.estimate_s, r.gpus * r.runtime_s)
         for r in records
@@ -121,15 +108,10 @@ def estimate_rank_corr(records: Sequence[JobRecord]) -> float | None:
     ]
     if len(pairs) < 3:
         return None
-    left = _average_ranks([p for p, _ in pairs])
-    right = _average_ranks([a for _, a in pairs])
-    mean = (len(pairs) - 1) / 2
-    cov = math.fsum((x - mean) * (y - mean) for x, y in zip(left, right, strict=True))
-    var_left = math.fsum((x - mean) ** 2 for x in left)
-    var_right = math.fsum((y - mean) ** 2 for y in right)
-    if var_left == 0 or var_right == 0:
+    predicted, actual = zip(*pairs, strict=True)
+    if len(set(predicted)) < 2 or len(set(actual)) < 2:
         return 0.0
-    return round(cov / math.sqrt(var_left * var_right), 3)
+    return round(float(spearmanr(predicted, actual).statistic), 3)
 
 
 def _round(value: float) -> float:
