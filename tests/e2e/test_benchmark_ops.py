@@ -68,6 +68,19 @@ def benchmark_events(hub: Hub, name: str) -> list[tuple[str, str, str]]:
     return [(e.type, e.reason, e.message) for e in events.items]
 
 
+def wait_event(hub: Hub, name: str, match: Any) -> list[tuple[str, str, str]]:
+    """The Events about the GPUBenchmark ``name`` once one of them satisfies ``match``
+    (the operator posts Events apart from its status and condition writes: either may land
+    first)."""
+
+    def seen() -> list[tuple[str, str, str]] | None:
+        events = benchmark_events(hub, name)
+        return events if any(match(*event) for event in events) else None
+
+    found: list[tuple[str, str, str]] = wait_for(seen, timeout_s=60, what=f"event on {name}")
+    return found
+
+
 def annotate(tb: Testbed, node: str, **notes: str) -> None:
     with tb.api_client(MEMBER) as api:
         client.CoreV1Api(api).patch_node(node, {"metadata": {"annotations": notes}})
@@ -156,8 +169,7 @@ def test_a_user_job_preempts_a_running_benchmark_which_runs_again_later(
         assert status["phase"] == "Pending" and status["preemptions"] == 1, status
         assert f"AIJob {namespace}/needs-8" in status["message"]
         assert "memberJob" not in status
-        events = benchmark_events(hub, name)
-        assert any(r == "PreemptedByUserJob" and namespace in m for _, r, m in events), events
+        wait_event(hub, name, lambda _t, r, m: r == "PreemptedByUserJob" and namespace in m)
         done = wait_status(hub, namespace, "needs-8", timeout_s=180, phase="Succeeded")
         assert done["cluster"] == MEMBER
         body = wait_for(lambda: finished(hub, name), timeout_s=180, what=f"{name} done")
@@ -200,8 +212,9 @@ def test_a_node_well_below_its_peers_is_flagged_on_its_member(
     assert condition["reason"] == "SlowNodes"
     assert f"{slow} resnet50 1355/s, 0.50x the median 2710/s" in condition["message"]
     assert not any(n in condition["message"] for n in [*fast, "a100-node"]), condition
-    events = benchmark_events(hub, by_node[slow])
-    assert any(t == "Warning" and r == "SlowNode" and "0.50x" in m for t, r, m in events), events
+    wait_event(
+        hub, by_node[slow], lambda t, r, m: t == "Warning" and r == "SlowNode" and "0.50x" in m
+    )
     assert all(r != "SlowNode" for n in fast for _, r, _m in benchmark_events(hub, by_node[n]))
     other = slow_condition(hub, "member-b")
     assert other is not None and other["status"] == "False", other
