@@ -126,7 +126,9 @@ class World:
     With ``skip_full_cycles`` (the default) the world skips a cycle when no node has
     room for one worker of any pending job and the policy cannot preempt: every
     valid plan would then start nothing, so the outcome is the same and overloaded
-    traces run much faster. Only the hold statistics differ.
+    traces run much faster. Only the hold statistics differ. New jobs get their FIFO
+    due time at their arrival instant all the same, as in the operator's cycle: a due
+    time stamped later would rest on later estimates and change the outcome.
 
     With ``eta`` the world records each job's first ETA the way the operator
     computes it: at every instant where jobs arrived, after that instant's cycle,
@@ -288,6 +290,8 @@ class World:
                 self.progress(finished)
             if self._pending and self._may_start():
                 self._cycle()
+            elif self._unstamped:
+                self.snapshot(replay=False)  # due times stamped now, as the operator's cycle does
             if self._unprojected:
                 self._first_etas()
             self._record_sample()
@@ -409,8 +413,9 @@ class World:
         self._skipped += 1
         return False
 
-    def snapshot(self) -> Snapshot:
-        """The world as the scheduler sees it now (waiting jobs' estimates brought up to date)."""
+    def snapshot(self, *, replay: bool = True) -> Snapshot:
+        """The world as the scheduler sees it now (waiting jobs' estimates brought up to date,
+        new jobs stamped with their FIFO due time; without ``replay`` no FIFO replay)."""
         if self.reestimate:
             self.refresh_estimates()
         snapshot = Snapshot(
@@ -425,7 +430,7 @@ class World:
         )
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
-        if self.policy.reservation.fifo_replay:
+        if replay and self.policy.reservation.fifo_replay:
             snapshot = replace(
                 snapshot, fifo_replay_s=self._replayer.longest_wait_s(snapshot, self._replay_rows)
             )
