@@ -713,6 +713,35 @@ def test_max_wait_whole_node_keeps_the_long_wait_reservation_for_whole_node_jobs
     assert reservations.reserves(waited) == want
 
 
+@pytest.mark.parametrize(
+    ("share", "now_h", "want"),
+    [(0.0, 7, True), (0.25, 7, False), (0.25, 11, True), (0.1, 7, True)],
+)
+def test_max_wait_fifo_share_scales_the_long_wait_guard_to_fifos_longest_wait(
+    share: float, now_h: float, want: bool
+):
+    """aging.max_wait_fifo_share: with FIFO's longest wait budget 40 h, a share of 0.25 makes
+    the guard 10 h (a job that waited 7 h does not reserve for its wait, one that waited
+    11 h does); a share giving less than max_wait_s (0.1: 4 h) leaves the 6 h guard."""
+    from cpn.core.capacity import Capacity
+    from cpn.core.policy import Reservation
+    from cpn.core.quota import QuotaLedger
+    from cpn.core.reservations import Reservations
+
+    policy = QueuePolicy(
+        name="p",
+        aging=Aging(max_wait_s=6 * 3600, max_wait_fifo_share=share),
+        reservation=Reservation(drain_fifo=False, drain_after_s=None),
+    )
+    waited = job("waited", gpus=4, submitted_s=0, fifo_due_s=40 * 3600.0)
+    fleet = [cluster("m", nodes("m", 2, gpus=8))]
+    snap = snapshot(jobs=[waited], clusters=fleet, now_s=now_h * 3600, policy=policy)
+    capacity, quota = Capacity.from_snapshot(snap), QuotaLedger(policy, ())
+    reservations = Reservations(snap, capacity, quota, cands_of=lambda _: [])
+    assert reservations.wait_guard_s == max(6 * 3600, share * 40 * 3600)
+    assert reservations.reserves(waited) == want
+
+
 def test_a_higher_priority_job_preempts_whatever_its_runtime():
     """shorter_by compares runtimes only between jobs of one priority: a higher-priority
     job preempts on rank and price alone, even when it is expected to run as long."""

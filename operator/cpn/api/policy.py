@@ -111,6 +111,7 @@ _AGING: Mapping[str, Parser] = {
     "rate": number(0.0, MAX_WEIGHT),
     "max_wait_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
     "max_wait_whole_node": boolean,
+    "max_wait_fifo_share": number(0.0, 1.0),
 }
 _RESERVATION: Mapping[str, Parser] = {
     "enabled": boolean,

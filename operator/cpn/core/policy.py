@@ -114,11 +114,19 @@ class Aging:
     With ``max_wait_whole_node`` the ``max_wait_s`` reservation is only for jobs that
     need a whole node or more (at least as many GPUs as the fleet's largest node): their
     room clears only when every job on a node ends, while a smaller job finds room
-    wherever a GPU frees; the drain limit bounds every job's wait either way."""
+    wherever a GPU frees; the drain limit bounds every job's wait either way.
+
+    ``max_wait_fifo_share`` scales the guard to the workload: a job reserves for its wait
+    once it waited ``max_wait_s`` or this share of FIFO's longest wait
+    (:attr:`cpn.core.reservations.Reservations.fifo_limit_s`), whichever is longer. Where
+    FIFO's waits run to hundreds of hours a fixed ``max_wait_s`` reserves for nearly every
+    waiting job, and those reservations keep rank preemption
+    (``preemption.around_reservations``) from running; 0 keeps ``max_wait_s`` alone."""
 
     rate: float = 0.0
     max_wait_s: float | None = 6 * 3600.0
     max_wait_whole_node: bool = False
+    max_wait_fifo_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -457,7 +457,7 @@ class Reservations:
 
     def reserves(self, job: Job, *, for_wait: bool = True) -> bool:
         """True if ``job``, when blocked, may hold a reservation: it is big, has waited
-        ``aging.max_wait_s`` (under ``aging.max_wait_whole_node``: and needs a whole node)
+        :attr:`wait_guard_s` (under ``aging.max_wait_whole_node``: and needs a whole node)
         or drains (:meth:`reserve_ahead`, :meth:`_reserve`). ``for_wait=False``: not
         counting the wait (``max_wait_s``)."""
         res_policy = self.policy.reservation
@@ -469,12 +469,21 @@ class Reservations:
             or job.key in self.heads
             or (
                 for_wait
-                and aging.max_wait_s is not None
-                and self.waited(job) >= aging.max_wait_s
+                and self.wait_guard_s is not None
+                and self.waited(job) >= self.wait_guard_s
                 and (not aging.max_wait_whole_node or job.gpus >= self._largest_node)
             )
             or self.draining(job)
         )
+
+    @cached_property
+    def wait_guard_s(self) -> float | None:
+        """The wait after which a blocked job may reserve for it: ``aging.max_wait_s``, or
+        ``aging.max_wait_fifo_share`` of :attr:`fifo_limit_s` if longer; None: never."""
+        aging = self.policy.aging
+        if aging.max_wait_s is None:
+            return None
+        return max(aging.max_wait_s, aging.max_wait_fifo_share * self.fifo_limit_s)
 
     @cached_property
     def _largest_node(self) -> float:
