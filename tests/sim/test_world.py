@@ -308,7 +308,8 @@ def test_cycles_are_skipped_only_when_nothing_could_start(recorder):
 def test_a_skipped_cycle_still_stamps_new_jobs_fifo_due_time_as_the_operator_does(recorder):
     """A job arriving while every GPU is busy gets its FIFO due time at its arrival, from
     what the estimator knew then, whether or not the world skips that cycle: the operator
-    stamps due times at every cycle, and a later stamp rests on later estimates."""
+    stamps due times at every cycle, and a later stamp rests on later estimates. Recording
+    ETAs (whose projections read a snapshot at each arrival) changes no stamp."""
     from cpn.sim.estimators import HistoryEstimator
 
     jobs = [
@@ -317,15 +318,52 @@ def test_a_skipped_cycle_still_stamps_new_jobs_fifo_due_time_as_the_operator_doe
         tjob("c", submit_s=50, gpus=1, duration_s=100, model="resnet50", batch_size=64),
     ]
     cl = clusters({"a": [(1, "V100", 2)]})
-    due: dict[bool, float | None] = {}
-    for skip in (True, False):
+    due: dict[str, float | None] = {}
+    for label, kw in {
+        "skipping": {},
+        "every cycle": {"skip_full_cycles": False},
+        "ETAs recorded": {"eta": True},
+    }.items():
         plan, seen = recorder(greedy_plan)
         estimator = HistoryEstimator(cl.reference_gpu)
-        world(jobs, cl, plan, estimator=estimator, skip_full_cycles=skip).run()
+        world(jobs, cl, plan, estimator=estimator, **kw).run()
         (c,) = [j for snap in seen if snap.now_s == 100 for j in snap.pending if j.key == "c"]
-        due[skip] = c.fifo_due_s
-    assert due[True] == due[False]
-    assert due[True] is not None and due[True] > 100  # the unseen estimate of 'a', not 'a' done
+        due[label] = c.fifo_due_s
+    assert len(set(due.values())) == 1, due
+    stamp = due["skipping"]
+    assert stamp is not None and stamp > 100  # the unseen estimate of 'a', not 'a' done
+
+
+def test_recording_etas_does_not_change_the_schedule():
+    """The ETA projections (every job or one in three) read the world and change nothing in
+    it: with a learning estimator under `default` every job starts and ends as without them."""
+    from cpn.core.presets import preset_policy
+    from cpn.sim.estimators import HistoryEstimator
+
+    models = ("resnet50", "vgg16", "transformer")
+    jobs = [
+        tjob(
+            f"j{i}",
+            submit_s=i * 40.0,
+            gpus=(1, 2, 4, 8)[i % 4],
+            duration_s=300 + 170 * (i % 7),
+            model=models[i % 3],
+            batch_size=64,
+        )
+        for i in range(60)
+    ]
+    cl = clusters({"a": [(2, "V100", 8)]})
+
+    def schedule(**kw):  # type: ignore[no-untyped-def]
+        estimator = HistoryEstimator(cl.reference_gpu)
+        policy = preset_policy("default")
+        result = world(jobs, cl, estimator=estimator, policy=policy, **kw).run()
+        return [(r.job_id, r.first_start_s, r.finish_s) for r in result.records]
+
+    plain = schedule()
+    assert plain == schedule(eta=True) == schedule(eta=True, eta_every=3)
+    submitted = {j.job_id: j.submit_s for j in jobs}
+    assert any(start > submitted[key] for key, start, _ in plain)  # some jobs waited
 
 
 def test_a_stalled_plan_ends_the_run_with_unfinished_jobs():
