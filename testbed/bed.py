@@ -90,6 +90,15 @@ def go_runtime_crash(log_tail: str) -> str | None:
     return None
 
 
+def _read_from(log: Path, offset: int) -> str:
+    """What ``log`` holds past ``offset``; "" if there is no log (nothing was started)."""
+    if not log.exists():
+        return ""
+    with log.open(errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
 class TestbedError(RuntimeError):
     """The bed could not be brought up; the message names the component and its log."""
 
@@ -584,21 +593,20 @@ class Testbed:
         A component whose Go runtime crashes during start-up is started again, at most
         :data:`CRASH_RESTARTS` times."""
         log = self.log(cluster.name, component)
-        for restarts in range(CRASH_RESTARTS + 1):
+        restarts = 0
+        while True:
             offset = log.stat().st_size if log.exists() else 0
             try:
                 return self._start_once(cluster, component, b, deadline)
             except RuntimeError:  # TestbedError, or procs.spawn's "exited at once"
-                with log.open(errors="replace") as f:
-                    f.seek(offset)
-                    crash = go_runtime_crash(f.read())
+                crash = go_runtime_crash(_read_from(log, offset))
                 if crash is None or restarts == CRASH_RESTARTS:
                     raise
+                restarts += 1
                 print(
                     f"testbed: {cluster.name}/{component} crashed at start-up ({crash})",
                     file=sys.stderr,
                 )
-        raise AssertionError("unreachable")
 
     def _start_once(
         self, cluster: ClusterSpec, component: str, b: Binaries, deadline: float

@@ -4,13 +4,15 @@ real logs; the health check is the process alive and having said "ready"."""
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed import procs
-from testbed.bed import CRASH_RESTARTS, Testbed, go_runtime_crash
+from testbed.bed import CRASH_RESTARTS, Testbed, TestbedError, go_runtime_crash
 
 KWOK_CRASH = """{"level":"INFO","msg":"Watch nodes"}
 fatal error: concurrent map writes
@@ -62,8 +64,6 @@ def test_a_component_that_crashes_at_start_up_is_started_again(
 ) -> None:
     tb, cluster, counter = bed_with_script(tmp_path, monkeypatch, CRASH_ONCE)
     try:
-        import time
-
         assert tb._start(cluster, "kwok", None, time.monotonic() + 30)  # type: ignore[arg-type]
         assert counter.read_text().count("x") == 2
         assert "fatal error: concurrent map writes" in tb.log(cluster.name, "kwok").read_text()
@@ -85,8 +85,6 @@ def test_a_component_that_crashes_at_start_up_is_started_again(
 def test_other_exits_and_repeated_crashes_fail_with_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, starts: int
 ) -> None:
-    import time
-
     tb, cluster, counter = bed_with_script(tmp_path, monkeypatch, body)
     try:
         with pytest.raises(
@@ -96,3 +94,16 @@ def test_other_exits_and_repeated_crashes_fail_with_the_log(
         assert counter.read_text().count("x") == starts
     finally:
         tb.down()
+
+
+def test_a_taken_port_fails_with_its_own_error_before_any_log_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing was started, so there is no log to read: the port error is what is raised."""
+    tb, cluster, counter = bed_with_script(tmp_path, monkeypatch, CRASH_ONCE)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", cluster.port(tb.spec.port_base, "kwok")))
+        taken.listen()
+        with pytest.raises(TestbedError, match="is taken by another process"):
+            tb._start(cluster, "kwok", None, time.monotonic() + 30)  # type: ignore[arg-type]
+    assert not counter.exists() and not tb.log(cluster.name, "kwok").exists()
