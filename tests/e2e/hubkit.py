@@ -276,6 +276,27 @@ def events_of(hub: Hub, namespace: str, name: str) -> list[str]:
     return [e.reason for e in events.items]
 
 
+def wait_events_of(
+    hub: Hub, namespace: str, name: str, *want: str, timeout_s: float = 60
+) -> list[str]:
+    """:func:`events_of` once every reason of ``want`` is among them. The operator writes
+    an Event after the status change it goes with (its write queue serves status patches
+    first, :class:`cpn.runtime.writes.WriteQueue`), so a read right after a status wait can
+    come before the Event."""
+    last: list[str] = []
+
+    def check() -> list[str] | None:
+        nonlocal last
+        last = events_of(hub, namespace, name)
+        return last if all(reason in last for reason in want) else None
+
+    try:
+        found: list[str] = wait_until(check, timeout_s=timeout_s, what=f"Events {want} of {name}")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; Events so far: {last}") from None
+    return found
+
+
 def event_marks(hub: Hub, namespace: str, name: str) -> dict[str, int]:
     """The Events about ``name`` so far (UID -> count), to tell new ones apart later."""
     events = hub.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")

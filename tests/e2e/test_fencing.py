@@ -136,7 +136,7 @@ def test_a_stale_attempts_late_success_is_not_taken(hub: hubkit.Hub, namespace: 
     assert env["CPN_CHECKPOINT_DIR"] == f"/checkpoints/{uid}/attempt-2"
     assert env["CPN_RESUME_DIRS"] == f"/checkpoints/{uid}/attempt-1"
     assert current.metadata.labels["cpn.io/fence"] == env["CPN_FENCE"] == second["fence"]
-    assert hubkit.events_of(hub, namespace, "split").count("Succeeded") == 1
+    assert hubkit.wait_events_of(hub, namespace, "split", "Succeeded").count("Succeeded") == 1
 
 
 def test_at_most_once_keeps_a_job_that_does_not_checkpoint_on_its_lost_member(

@@ -153,7 +153,7 @@ def test_hung_member_requeues_after_the_policys_timeout_from_not_ready_and_runs_
     # Counted from Ready=False, not from the first missed probe (5 s, the grace, earlier).
     assert TIMEOUT_S - SEEN_LATE_S <= after_not_ready_s <= TIMEOUT_S + 5.0
     assert done["cluster"] == MEMBER and done["attempts"] == 2
-    assert hubkit.events_of(hub, namespace, "hung").count("Succeeded") == 1
+    assert hubkit.wait_events_of(hub, namespace, "hung", "Succeeded").count("Succeeded") == 1
     assert runs == 1  # the work was done once: attempt 1 never completed
     (job,) = hub.member_jobs(MEMBER, uid)
     assert job.metadata.labels["cpn.io/attempt"] == "2"
@@ -188,7 +188,7 @@ def test_deleting_a_ready_members_membercluster_requeues_its_job_with_the_reason
     assert status["phase"] == "Queued" and requeued_s <= 10.0
     done = hubkit.wait_status(hub, namespace, "removed", timeout_s=150, phase="Succeeded")
     assert done["cluster"] == MEMBER and done["attempts"] == 2
-    assert hubkit.events_of(hub, namespace, "removed").count("Succeeded") == 1
+    assert hubkit.wait_events_of(hub, namespace, "removed", "Succeeded").count("Succeeded") == 1
     assert hubkit.member_jobs_by_uid(hub.tb)[uid] == 1
 
 
@@ -217,7 +217,7 @@ def test_a_membercluster_deleted_while_the_operator_is_down_requeues_its_job_at_
     ), told
     done = hubkit.wait_status(hub, namespace, "orphaned", timeout_s=150, phase="Succeeded")
     assert done["cluster"] == MEMBER and done["attempts"] == 2
-    assert hubkit.events_of(hub, namespace, "orphaned").count("Succeeded") == 1
+    assert hubkit.wait_events_of(hub, namespace, "orphaned", "Succeeded").count("Succeeded") == 1
     wait_for(
         lambda: hubkit.member_jobs_by_uid(hub.tb)[uid] == 1,
         timeout_s=60,

@@ -19,11 +19,11 @@ from tests.e2e.hubkit import (
     aijob,
     apply,
     event_marks,
-    events_of,
     new_events,
     new_namespace,
     printed_table,
     running_hub,
+    wait_events_of,
     wait_status,
 )
 
@@ -191,7 +191,7 @@ def test_failing_job_is_retried_then_failed_with_reason(hub: Hub, namespace: str
     assert "no retries left" in status["message"]
     finished = next(c for c in status["conditions"] if c["type"] == "Finished")
     assert finished["status"] == "True" and finished["reason"] == "Failed"
-    assert "Retrying" in events_of(hub, namespace, "broken")
+    wait_events_of(hub, namespace, "broken", "Retrying")
 
 
 def test_schema_refuses_a_malformed_aijob(hub: Hub, namespace: str) -> None:

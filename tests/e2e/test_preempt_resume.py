@@ -18,7 +18,15 @@ from kubernetes import client, watch
 from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from testbed.spec import RESTART_COST_ANNOTATION
-from tests.e2e.hubkit import Hub, aijob, apply, events_of, new_namespace, running_hub, wait_status
+from tests.e2e.hubkit import (
+    Hub,
+    aijob,
+    apply,
+    new_namespace,
+    running_hub,
+    wait_events_of,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -199,7 +207,7 @@ def test_a_long_checkpointing_job_yields_to_short_ones_and_resumes(hub: Hub) -> 
         finally:
             jobs.stop()
         assert done["attempts"] == 2 and done["preemptions"] == 1
-        assert {"Preempted", "Resumed"} <= set(events_of(hub, ns, "long"))
+        wait_events_of(hub, ns, "long", "Preempted", "Resumed")
         # One member Job at a time, as the member's API server ordered the changes.
         assert len(jobs.seen) == 2 and jobs.most == 1, (sorted(jobs.seen), jobs.most)
         (second,) = [

@@ -33,6 +33,7 @@ from tests.e2e.hubkit import (
     new_namespace,
     running_hub,
     set_policy,
+    wait_events_of,
     wait_status,
 )
 from tests.e2e.test_ha import cycles, leads
@@ -168,7 +169,7 @@ def test_a_refused_job_fails_with_the_members_message_and_frees_its_quota(
         assert "HTTP response headers" not in message and "\n" not in message, message
         assert status["attempts"] == 2
         assert "memberJob" not in status
-        reasons = events_of(hub, ns, "marked")
+        reasons = wait_events_of(hub, ns, "marked", "Retrying", "Failed")
         assert reasons.count("Retrying") == 1 and reasons.count("Failed") == 1, reasons
         assert "DispatchFailed" not in reasons, reasons
         uid = hub.aijob(ns, "marked")["metadata"]["uid"]
@@ -220,7 +221,7 @@ def test_a_queue_the_policy_does_not_know_is_said_and_the_job_still_runs(
             "'no-such-queue' is not a queue of the policy (its queues: debug, default)"
             in (said["message"])
         )
-        assert "UnknownQueue" in events_of(hub, ns, "typo")
+        wait_events_of(hub, ns, "typo", "UnknownQueue")
         known = wait_status(hub, ns, "known", timeout_s=90, phase="Succeeded")
         said = condition(known, "QueueKnown")
         assert said is not None and said["status"] == "True", known["conditions"]

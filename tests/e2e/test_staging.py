@@ -35,7 +35,16 @@ from kubernetes import client
 
 from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
-from tests.e2e.hubkit import Hub, aijob, apply, events_of, new_namespace, running_hub, wait_status
+from tests.e2e.hubkit import (
+    Hub,
+    aijob,
+    apply,
+    events_of,
+    new_namespace,
+    running_hub,
+    wait_events_of,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -160,8 +169,7 @@ def test_a_failing_staging_is_retried_then_fails_the_aijob(hub: Hub) -> None:
             status = wait_status(hub, ns, "doomed", timeout_s=120, phase="Failed")
             assert status["reason"] == "StagingFailed", json.dumps(status)
             assert "failed 2 time(s)" in status["message"], status["message"]
-            reasons = events_of(hub, ns, "doomed")
-            assert "StagingRetry" in reasons and "StagingFailed" in reasons, reasons
+            wait_events_of(hub, ns, "doomed", "StagingRetry", "StagingFailed")
             uid = hub.aijob(ns, "doomed")["metadata"]["uid"]
             assert not hub.member_jobs(B, uid)  # no training Job was ever created
             entries = (member_status(hub, B).get("cache") or {}).get("entries") or []
@@ -200,8 +208,7 @@ def test_fast_link_moves_the_job_to_the_faster_cluster_after_staging(hub: Hub) -
         status = wait_status(hub, ns, "fast", timeout_s=90, phase="Running")
         assert status["staging"]["predictedSeconds"] < 30, json.dumps(status)
         assert status["staging"]["actualSeconds"] > 0, json.dumps(status)
-        reasons = events_of(hub, ns, "fast")
-        assert "Staging" in reasons and "Staged" in reasons, reasons
+        wait_events_of(hub, ns, "fast", "Staging", "Staged")
         text = explain(hub, f"{ns}/fast")["explanation"]
         assert A in text and "transfer" in text, text
         cache = wait_until(
