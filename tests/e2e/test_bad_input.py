@@ -31,11 +31,11 @@ from tests.e2e.hubkit import (
     Hub,
     aijob,
     apply,
-    events_of,
     member_jobs_by_uid,
     new_namespace,
     running_hub,
     set_policy,
+    wait_events_of,
     wait_status,
 )
 
@@ -130,11 +130,7 @@ def test_bad_aijob_is_refused_or_marked_and_never_dispatched(
     if what == "invalid":
         status = wait_status(hub, namespace, name, phase="Invalid", reason="InvalidSpec")
         assert text in status["message"], status["message"]
-        wait_until(
-            lambda: "InvalidSpec" in events_of(hub, namespace, name),
-            timeout_s=30,
-            what=f"InvalidSpec Event of {name}",
-        )
+        wait_events_of(hub, namespace, name, "InvalidSpec", timeout_s=30)
     elif text == "Suspended":
         wait_status(hub, namespace, name, phase="Suspended")
     else:

@@ -59,11 +59,7 @@ def test_a_group_past_its_budget_waits_and_still_after_a_restart(hub: Hub) -> No
         held = wait_status(hub, tight, "second", reason="Budget", timeout_s=60)
         assert held["phase"] == "Queued", held
         assert f"group {TIGHT} used" in held["message"], held
-        wait_until(
-            lambda: "OverBudget" in hubkit.events_of(hub, tight, "second"),
-            timeout_s=30,
-            what="the OverBudget Event",
-        )
+        hubkit.wait_events_of(hub, tight, "second", "OverBudget", timeout_s=30)
         assert hubkit.apply(hub, other, job("theirs")).returncode == 0
         wait_status(hub, other, "theirs", phase="Succeeded", timeout_s=120)
         assert hub.status(tight, "second")["reason"] == "Budget"

@@ -22,6 +22,7 @@ from tests.e2e.hubkit import (
     member_jobs_by_uid,
     new_namespace,
     running_hub,
+    wait_events_of,
     wait_status,
 )
 
@@ -96,11 +97,7 @@ def test_member_apiserver_down_requeues_its_jobs_and_nothing_runs_twice(
         assert done["cluster"] == "member-a"
         # After the timeout the pinned jobs are requeued, with the reason in an Event.
         for i in (0, 1):
-            wait_until(
-                lambda n=f"pinned-{i}": "Requeued" in events_of(hub, namespace, n),
-                timeout_s=90,
-                what=f"pinned-{i} requeued",
-            )
+            wait_events_of(hub, namespace, f"pinned-{i}", "Requeued", timeout_s=90)
             wait_status(hub, namespace, f"pinned-{i}", timeout_s=30, phase="Queued")
         assert hub.status(namespace, "late-v100").get("phase") == "Queued"
         assert "DispatchFailed" not in events_of(hub, namespace, "late-v100")

@@ -192,9 +192,7 @@ def test_annotations_too_big_for_a_member_are_invalid_before_any_dispatch(
         status = wait_status(hub, ns, "big", phase="Invalid", reason="InvalidSpec")
         assert "spec.template.metadata.annotations: " in status["message"], status["message"]
         assert "a member cluster takes at most 262144 bytes of annotations" in status["message"]
-        wait_until(
-            lambda: "InvalidSpec" in events_of(hub, ns, "big"), timeout_s=30, what="InvalidSpec"
-        )
+        wait_events_of(hub, ns, "big", "InvalidSpec", timeout_s=30)
         assert member_jobs_by_uid(testbed)[hub.aijob(ns, "big")["metadata"]["uid"]] == 0
 
 
