@@ -642,8 +642,8 @@ def test_a_victim_that_waited_a_share_of_fifos_longest_wait_is_not_preempted_for
     waited_before_s: float, protect: float | None, preempted: bool
 ):
     """preemption.protect_waited_share: a checkpointing job that waited that share of FIFO's
-    longest wait (replayed: 10,000 s) before its attempt is not stopped for a shorter job;
-    requeued, it would have only the rest of the limit left."""
+    longest wait (the widest budget of the pending jobs: 10,000 s) before its attempt is not
+    stopped for a shorter job; requeued, it would have only the rest of the limit left."""
     from cpn.core.policy import Preemption
 
     c = cluster("m", nodes("m", 1, gpus=4, free=[0]))
@@ -656,16 +656,10 @@ def test_a_victim_that_waited_a_share_of_fifos_longest_wait_is_not_preempted_for
     policy = QueuePolicy(
         name="p",
         preemption=Preemption(enabled=True, protect_waited_share=protect),
-        reservation=Reservation(fifo_replay=True, drain_after_s=None),
+        reservation=Reservation(drain_after_s=None),
     )
-    snap = snapshot(
-        jobs=[job("fresh", gpus=4, runtime_s=600.0, submitted_s=21_000.0)],
-        clusters=[c],
-        running_jobs=[r],
-        now_s=21_000.0,
-        policy=policy,
-        fifo_replay_s=10_000.0,
-    )
+    fresh = job("fresh", gpus=4, runtime_s=600.0, submitted_s=21_000.0, fifo_due_s=31_000.0)
+    snap = snapshot(jobs=[fresh], clusters=[c], running_jobs=[r], now_s=21_000.0, policy=policy)
     want = [("veteran", "fresh")] if preempted else []
     assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == want
 
@@ -685,32 +679,6 @@ def test_a_preempted_jobs_running_time_is_not_waiting():
     reservations = Reservations(snap, capacity, quota, cands_of=lambda _: [])
     assert reservations.waited(ran) == pytest.approx(3600)
     assert not reservations.reserves(ran) and reservations.reserves(fresh)
-
-
-@pytest.mark.parametrize(
-    ("gpus", "whole_node", "want"), [(4, True, False), (8, True, True), (4, False, True)]
-)
-def test_max_wait_whole_node_keeps_the_long_wait_reservation_for_whole_node_jobs(
-    gpus: int, whole_node: bool, want: bool
-):
-    """aging.max_wait_whole_node: on 8-GPU nodes a 4-GPU job that waited past max_wait_s
-    takes no reservation for it; an 8-GPU one does; without the option both do."""
-    from cpn.core.capacity import Capacity
-    from cpn.core.policy import Reservation
-    from cpn.core.quota import QuotaLedger
-    from cpn.core.reservations import Reservations
-
-    policy = QueuePolicy(
-        name="p",
-        aging=Aging(max_wait_s=6 * 3600, max_wait_whole_node=whole_node),
-        reservation=Reservation(drain_fifo=False, drain_after_s=None),
-    )
-    waited = job("waited", gpus=gpus)
-    fleet = [cluster("m", nodes("m", 2, gpus=8))]
-    snap = snapshot(jobs=[waited], clusters=fleet, now_s=7 * 3600, policy=policy)
-    capacity, quota = Capacity.from_snapshot(snap), QuotaLedger(policy, ())
-    reservations = Reservations(snap, capacity, quota, cands_of=lambda _: [])
-    assert reservations.reserves(waited) == want
 
 
 @pytest.mark.parametrize(

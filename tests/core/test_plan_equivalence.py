@@ -63,7 +63,6 @@ def _policy(rng: random.Random) -> QueuePolicy:
         drain_ratio=rng.choice([0.0, 1.5]),
         head=rng.random() < 0.3,
         drain_fifo=rng.random() < 0.2,
-        hedge_nodes=1.0,  # off by default since 4 Dec 2026; on here, so hedging is covered
     )
     placement = replace(
         base.placement,

@@ -82,12 +82,6 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 user=draw(st.sampled_from(["u1", "u2"])),
                 priority=draw(st.integers(0, 2)),
                 fifo_due_s=draw(st.none() | st.floats(0, 2000)),
-                # the group a last cycle reserved on: any group, even one gone since
-                reserved_key=draw(
-                    st.none()
-                    | st.tuples(st.sampled_from(["c0", "c1", "gone"]), st.sampled_from(TYPES))
-                ),
-                reserved_start_s=draw(st.none() | st.floats(0, 6000)),
             )
         )
     base = PRESETS[draw(st.sampled_from(sorted(PRESETS)))]
@@ -110,10 +104,6 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         drain_ratio=draw(st.sampled_from([0.0, 1.5])),
         drain_fifo=draw(st.booleans()),
         fifo_share=draw(st.sampled_from([0.0, 0.9])),
-        hedge_nodes=draw(st.sampled_from([0.0, 1.0])),
-        drain_lead=draw(st.booleans()),
-        sticky_gangs=draw(st.booleans()),
-        freeze_overdue_gangs=draw(st.booleans()),
     )
     policy = replace(base, quotas=quotas, reservation=reservation)
     return Snapshot(

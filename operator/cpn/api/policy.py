@@ -110,7 +110,6 @@ _LEVEL: Mapping[str, Parser] = {
 _AGING: Mapping[str, Parser] = {
     "rate": number(0.0, MAX_WEIGHT),
     "max_wait_s": number(0.0, MAX_DURATION_S, above=True, nullable=True),
-    "max_wait_whole_node": boolean,
     "max_wait_fifo_share": number(0.0, 1.0),
 }
 _RESERVATION: Mapping[str, Parser] = {
@@ -125,12 +124,6 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_fifo": boolean,
     "fifo_share": number(0.0, 1.0),
     "calibrate_below_gpus": number(0.0, MAX_GPUS),
-    "fifo_replay": boolean,
-    "drain_lead": boolean,
-    "sticky_gangs": boolean,
-    "freeze_overdue_gangs": boolean,
-    "deadline_hold": boolean,
-    "hedge_nodes": number(0.0, 100.0),
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": choice(METHODS),

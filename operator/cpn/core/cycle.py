@@ -163,7 +163,6 @@ class _Cycle:
                 level=ranked.level_name if ranked else "",
                 reserved_start_s=reserved.start_s if reserved else None,
                 reserved_end_s=reserved.end_s if reserved else None,
-                reserved_key=reserved.key if reserved else None,
             )
         )
 

@@ -207,8 +207,7 @@ class Focus:
         waited = now - self.submit
         eligible = self.alive & (self.not_before <= now)
         order = np.flatnonzero(eligible)
-        if len(order) <= max(HEAD, MIN_FOCUS) or res.deadline_hold:
-            # (under reservation.deadline_hold any job that fits nowhere may hold room)
+        if len(order) <= max(HEAD, MIN_FOCUS):
             return self._whole(run, base, alive)
         # Draining jobs (Reservations.draining: waited drain_after_s and drain_ratio x the
         # mean wait of the whole queue) claim room: they join the focus, whose own mean must

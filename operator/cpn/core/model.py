@@ -146,11 +146,6 @@ class Job:
     # that ratio once it runs); see cpn.core.fifodue.
     fifo_calibrated_due_s: float | None = None
     fifo_basis_s: float | None = None
-    # The group (cluster, GPU type) its reservation held in the last cycle and when that
-    # room was to start, stamped by the shell from that plan's hold (Hold.reserved_key,
-    # Hold.reserved_start_s); reservation.sticky_gangs reads them.
-    reserved_key: tuple[str, ...] | None = None
-    reserved_start_s: float | None = None
 
     @property
     def gpus(self) -> float:
@@ -233,9 +228,6 @@ class Snapshot:
     data_cache: Mapping[str, ClusterCache] = field(default_factory=lambda: MappingProxyType({}))
     # past usage for fair share and budgets (cpn.core.fairshare); None: none known
     usage: Usage | None = None
-    # the longest wait strict FIFO imposes on the jobs seen so far, replayed at most
-    # fifodue.REPLAY_EVERY_S ago (cpn.core.fifodue.fifo_replay_s); None: not replayed
-    fifo_replay_s: float | None = None
 
     def link_gbps(self, src: str, dst: str) -> float | None:
         """Bandwidth between two clusters (symmetric); None when no link."""
@@ -289,9 +281,6 @@ class Hold:
     level: str = ""
     reserved_start_s: float | None = None  # when a reservation holds room for it
     reserved_end_s: float | None = None  # when it would finish in that room
-    # the group (cluster, GPU type) of that room; out of the repr, which pins plans
-    # (tests/core/plan_digests.json) made before it existed
-    reserved_key: tuple[str, ...] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -111,11 +111,6 @@ class Aging:
     waited ahead of short ones that could have run before it and still let it start in
     time (GPU-seconds of runtime against seconds of wait: no rate suits every workload).
 
-    With ``max_wait_whole_node`` the ``max_wait_s`` reservation is only for jobs that
-    need a whole node or more (at least as many GPUs as the fleet's largest node): their
-    room clears only when every job on a node ends, while a smaller job finds room
-    wherever a GPU frees; the drain limit bounds every job's wait either way.
-
     ``max_wait_fifo_share`` scales the guard to the workload: a job reserves for its wait
     once it waited ``max_wait_s`` or this share of FIFO's longest wait
     (:attr:`cpn.core.reservations.Reservations.fifo_limit_s`), whichever is longer. Where
@@ -125,7 +120,6 @@ class Aging:
 
     rate: float = 0.0
     max_wait_s: float | None = 6 * 3600.0
-    max_wait_whole_node: bool = False
     max_wait_fifo_share: float = 0.0
 
 
@@ -169,53 +163,6 @@ class Reservation:
     A job needing fewer than ``calibrate_below_gpus`` GPUs measures both its wait and that
     longest budget in calibrated budgets (``Job.fifo_calibrated_due_s``: the backlog
     scaled by how much longer than estimated started jobs have run); 0 turns this off.
-    With ``fifo_replay`` (and ``fifo_share`` above 0) a job of ``calibrate_below_gpus``
-    GPUs or more measures its wait instead against the longest wait strict FIFO imposes
-    on the jobs seen so far, replayed on the fleet's nodes with what they really ran
-    (``Snapshot.fifo_replay_s``, :func:`cpn.core.fifodue.fifo_replay_s`), whenever the
-    snapshot carries it; a smaller job then drains on the larger of its calibrated limit
-    and the replay (the calibrated budgets run short early in a trace, the replay late).
-
-    With ``drain_lead`` (and ``fifo_share`` above 0) a job needing more GPUs than the
-    fleet's largest node drains once its wait plus its lead reaches that share: how much
-    later than by their medians the nodes of its best group empty, each at the 90th
-    percentile of its jobs' runtime laws given their ages (exact runtimes: no lead;
-    :meth:`cpn.core.reservations.Reservations.draining`).
-
-    With ``sticky_gangs`` a draining job needing more GPUs than the fleet's largest node
-    reserves again on the group (cluster and GPU type) it reserved on in the last cycle
-    (``Job.reserved_key``) while that room keeps clearing (its start no later than last
-    cycle's, ``Job.reserved_start_s``), unless another group finishes it first even with
-    its room clearing at the 90th percentile of its jobs' runtime laws: the nodes it has
-    cleared are not given back to backfill because medians moved
-    (:meth:`cpn.core.reservations.Reservations.reserve`).
-
-    With ``freeze_overdue_gangs`` the room reserved by a job needing more GPUs than the
-    fleet's largest node takes no new job once that job is behind (draining, its wait
-    bound run out and its room starting later still,
-    :meth:`cpn.core.reservations.Reservations.behind`): no backfill there on predicted
-    ends, nor beside it by resource (the spare nodes of its hedge, below, backfill as
-    usual), so the room clears as the jobs already on it end
-    (or, checkpointing, are stopped for it under ``preemption.for_overdue``); only the
-    room of the one such job due first, so one room at a time stands empty.
-
-    With ``deadline_hold`` a job with a FIFO due time that fits nowhere holds room before
-    it drains, to start there by the instant it would drain (its deadline,
-    :meth:`cpn.core.reservations.Reservations.deadline_s`) rather than as soon as the
-    room frees: others still start there if predicted to end by then, and no job started
-    on it in the meantime can push it past that instant (with exact runtimes). A job
-    reserving for its size or its wait (``min_gpus``, ``aging.max_wait_s``) but not yet
-    draining is held to that instant too. Without the option a job reserves only once it
-    drains (or for its size or wait), and a long job started on its room just before
-    keeps it out for that whole run.
-
-    With ``hedge_nodes`` above 0 (off by default since 4 Dec 2026; docs/policy.md,
-    "Hedged reservations") an overdue gang (draining and past its own FIFO due time, its
-    room two or more nodes) that must wait for room also claims up to ``hedge_nodes`` times
-    as many nodes again in the same group, never past half the group's nodes with its
-    room, those predicted to free first and before its room frees at the 90th percentile
-    of the room's jobs' runtime laws: it starts on whichever claimed room frees first
-    (:meth:`cpn.core.reservations.Reservations.hedged`).
 
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
@@ -235,12 +182,6 @@ class Reservation:
     drain_fifo: bool = True
     fifo_share: float = 0.9
     calibrate_below_gpus: float = 2.0
-    fifo_replay: bool = False
-    drain_lead: bool = False
-    sticky_gangs: bool = False
-    freeze_overdue_gangs: bool = False
-    deadline_hold: bool = False
-    hedge_nodes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

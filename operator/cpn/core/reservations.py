@@ -8,13 +8,7 @@ pending jobs) may reserve the earliest instant and place it fits as running jobs
 cycle keep clear of reserved nodes unless they end before the reservation starts
 (backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
 every reservation they touch keeps its start, there or moved to other room (backfill by
-resource, :meth:`Reservations.fit_beside`). An overdue gang's reservation may also
-claim spare nodes, those predicted to free next (``reservation.hedge_nodes``,
-:meth:`Reservations.hedged`);
-an overdue gang's own room (not those spare nodes) may take no new job at all
-(``reservation.freeze_overdue_gangs``, :meth:`Reservations.frozen`). Under
-``reservation.deadline_hold`` a job that fits nowhere holds room before it drains, to
-start by the instant it would drain (:meth:`Reservations.deadline_s`).
+resource, :meth:`Reservations.fit_beside`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -22,22 +16,17 @@ capacity and quota ledgers with it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cpn.core import reasons
-from cpn.core.capacity import Capacity, GroupKey, Shape, Slot, shape
+from cpn.core.capacity import Capacity, GroupKey, Shape, shape
 from cpn.core.fifodue import fifo_due, ran_s, widest_fifo_wait
 from cpn.core.model import Hold, Job, Snapshot
 from cpn.core.placement import Candidate
 from cpn.core.queue import STRICT_ORDERINGS, Ranked
 from cpn.core.quota import QuotaLedger
-from cpn.core.runtime_law import HIGH_Q, MEDIAN_Q, quantile_end_s
-
-#: A kept room whose start moved later than last cycle's by more than this is receding.
-_SLIDE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,18 +39,10 @@ class Reserved:
     nodes: frozenset[str]
     start_s: float
     end_s: float
-    spare: frozenset[str] = frozenset()  # nodes claimed as a hedge (:meth:`Reservations.hedged`)
 
     @property
     def job_key(self) -> str:
         return self.job.key
-
-
-def reserved_of(item: Hold | Job | None) -> tuple[GroupKey | None, float | None]:
-    """Where a hold (or a job stamped from one) reserved, and when that room was to start:
-    what the shell stamps on the job for the next cycle (``Job.reserved_key``,
-    ``Job.reserved_start_s``; ``reservation.sticky_gangs``)."""
-    return (None, None) if item is None else (item.reserved_key, item.reserved_start_s)
 
 
 def held_nodes(in_way: list[Reserved]) -> frozenset[str]:
@@ -85,17 +66,11 @@ class Reservations:
         self.quota = quota
         self.cands_of = cands_of
         self._pending = snapshot.pending
-        self._clusters = snapshot.clusters
-        fifo_replay = snapshot.policy.reservation.fifo_replay
-        self._replay_s = snapshot.fifo_replay_s if fifo_replay else None
         self.held: list[Reserved] = []
         self.heads: set[str] = set()  # per level, the first-ranked job that fits nowhere
         self.dropped = 0  # reservations dropped as starts put their holders over quota
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
-        self._leads: dict[str, float] = {}  # _lead_s per job key, fixed for the cycle
-        # _clear_s per group and quantile
-        self._frees: dict[tuple[GroupKey, float], list[tuple[float, int]]] = {}
 
     def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
@@ -118,8 +93,6 @@ class Reservations:
                 continue
             if end > res.start_s or not self.policy.reservation.backfill:
                 out.append(res)
-            elif self.frozen(res):  # its own room takes no job; its hedge backfills as usual
-                out.append(replace(res, nodes=res.nodes - res.spare))
         return out
 
     def excluded(self, job: Job, cand: Candidate) -> frozenset[str]:
@@ -177,8 +150,6 @@ class Reservations:
         ``in_way``: :meth:`in_the_way` of ``job`` and ``cand``, as it stands.
         """
         if not in_way or not self.policy.reservation.backfill:
-            return None
-        if any(self.frozen(r) for r in in_way):
             return None
         # Capacity only shrinks in the walk: a shape that found no room beside some
         # reservations finds none later beside them or more, until reservations move.
@@ -259,11 +230,9 @@ class Reservations:
         res_policy = self.policy.reservation
         if not res_policy.enabled or len(self.held) >= res_policy.max_reservations:
             return None
-        deadline = self.deadline_s(job)
-        if not self.reserves(job) and deadline is None:
+        if not self.reserves(job):
             return None
         best: tuple[bool, float, bool, str, str, Reserved] | None = None
-        kept: Reserved | None = None  # on the group it reserved last cycle (sticky_gangs)
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.held if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -286,104 +255,17 @@ class Reservations:
             waits = self.capacity.fit(job, cand.key) is None
             if best is None or (late, done, waits, *cand.key) < best[:5]:
                 best = (late, done, waits, cand.key[0], cand.key[1], res)
-            if cand.key == job.reserved_key:
-                kept = res
         if best is None:
             return None
         res = best[5]
-        if kept is not None and kept.key != res.key and self._sticks(job, kept):
-            # Move only if the other group finishes it first even with its room clearing
-            # at the 90th percentile of its jobs' laws, the kept room at their median.
-            there = self._clear_s(res.key, job.gpus) + res.end_s - res.start_s
-            here = self._clear_s(kept.key, job.gpus, MEDIAN_Q) + kept.end_s - kept.start_s
-            if there >= here:
-                res = kept
-        if deadline is not None and res.start_s < deadline and not self.draining(job):
-            # Held to start by its deadline, not as soon as it can: others may still use
-            # the room until then (also when it reserves for its size or wait: keeping
-            # those at their earliest start measured worse, docs/policy.md).
-            res = replace(res, start_s=deadline, end_s=res.end_s + deadline - res.start_s)
-        res = self.hedged(res)
         self.held.append(res)
         return res
-
-    def deadline_s(self, job: Job) -> float | None:
-        """Under ``reservation.deadline_hold`` (with ``drain_fifo`` and ``fifo_share``
-        above 0), for a job with a FIFO due time: the instant it drains if it has not
-        started by then (``fifo_share`` of :meth:`wait_limit_s`, as :meth:`draining`
-        measures it; now once it is past it); None otherwise. :meth:`reserve` holds such
-        a job's room to start by then."""
-        res_policy = self.policy.reservation
-        if not (res_policy.deadline_hold and res_policy.drain_fifo and job.fifo_due_s is not None):
-            return None
-        need = self._drain_wait_s(job)
-        return None if need is None else self.now + max(0.0, need - self.waited(job))
 
     def _drain_wait_s(self, job: Job) -> float | None:
         """Under ``fifo_share`` above 0, the wait at which ``job`` drains (that share of
         :meth:`wait_limit_s`); None with ``fifo_share`` 0 (it drains at its due time)."""
         share = self.policy.reservation.fifo_share
         return share * self.wait_limit_s(job) if share > 0 else None
-
-    def _sticks(self, job: Job, kept: Reserved) -> bool:
-        """True if ``job`` may keep last cycle's group (``reservation.sticky_gangs``): it
-        drains and needs more GPUs than the fleet's largest node, so its room is several
-        nodes that clear one by one, and that room keeps clearing (its start is no later
-        than last cycle's). The group with the earliest predicted completion moves as
-        running jobs outlive their medians; moving the reservation with it gives the
-        cleared nodes back to backfill and starts clearing anew elsewhere. A room whose
-        start recedes is not clearing: the job chooses afresh (:meth:`reserve`)."""
-        last = job.reserved_start_s
-        return (
-            self.policy.reservation.sticky_gangs
-            and job.gpus > self._largest_node
-            and self.draining(job)
-            and (last is None or kept.start_s <= last + _SLIDE_S)
-        )
-
-    def hedged(self, res: Reserved) -> Reserved:
-        """``res`` with spare nodes added to what it claims when its job is overdue (drains
-        past its own FIFO due time) and must wait: up to ``reservation.hedge_nodes`` times
-        as many nodes of the same group again, those whose jobs are predicted to end first,
-        and only nodes predicted to free before the reserved room frees at the 90th
-        percentile of its jobs' runtime laws given their ages.
-
-        The nodes predicted to free first are often not the ones that do: the jobs on them
-        outlive their estimates (runtimes are heavy-tailed), the reservation's start keeps
-        sliding, and the nodes that do free first take backfill. Strict FIFO has every node
-        drain for its head; a hedged reservation keeps a few more from taking jobs that
-        would still run at its start, and its job starts on the first room that frees.
-        Where the room's end is certain (exact estimates) no node frees before it that the
-        reservation did not already take, so nothing is hedged.
-
-        Only a gang's room is hedged, one of two or more nodes: its start is the latest of
-        several nodes' ends, the one most exposed to a job outliving its estimate, while
-        a job on one node starts on whichever node frees first anyway. And a room with its
-        hedge holds at most half of the group's nodes, so the rest keeps taking work (in
-        a group of two nodes nothing is hedged). Measured in docs/policy.md, "Hedged
-        reservations".
-        """
-        job = res.job
-        hedge = self.policy.reservation.hedge_nodes
-        if hedge <= 0 or len(res.nodes) < 2 or res.start_s <= self.now:
-            return res
-        if not (self.draining(job) and fifo_due(job, self.now)):
-            return res
-        slots = {slot.name: slot for slot in self.capacity.usable[res.key]}
-        room = len(slots) // 2 - len(res.nodes)  # what half the group leaves for a hedge
-        if room <= 0:
-            return res
-        late = max([res.start_s] + [self._empty_at(slots[name]) for name in res.nodes])
-        taken = held_nodes([r for r in self.held if r.key == res.key])
-        frees = {
-            name: self.capacity.empty_at(slot)
-            for name, slot in slots.items()
-            if name not in res.nodes and name not in taken
-        }
-        # Stable: among nodes predicted to free at the same time, the group's order.
-        spare = sorted((name for name in frees if frees[name] < late), key=frees.__getitem__)
-        extra = min(math.ceil(hedge * len(res.nodes)), room)
-        return replace(res, nodes=res.nodes | set(spare[:extra]), spare=frozenset(spare[:extra]))
 
     def reserve_ahead(self, ranked: Sequence[Ranked]) -> None:
         """Reserve, before anything starts, for the oldest blocked big or long-waiting jobs.
@@ -401,11 +283,7 @@ class Reservations:
             return
         if res_policy.head:
             self.heads = self._heads(ranked)
-        worthy = [
-            item
-            for item in ranked
-            if self.reserves(item.job) or self.deadline_s(item.job) is not None
-        ]
+        worthy = [item for item in ranked if self.reserves(item.job)]
 
         # Draining jobs first (under drain_fifo in due order, whatever their size:
         # :meth:`drain_order`); then big jobs (they cannot backfill; small ones soon find
@@ -457,21 +335,16 @@ class Reservations:
 
     def reserves(self, job: Job, *, for_wait: bool = True) -> bool:
         """True if ``job``, when blocked, may hold a reservation: it is big, has waited
-        :attr:`wait_guard_s` (under ``aging.max_wait_whole_node``: and needs a whole node)
-        or drains (:meth:`reserve_ahead`, :meth:`_reserve`). ``for_wait=False``: not
-        counting the wait (``max_wait_s``)."""
+        :attr:`wait_guard_s` or drains (:meth:`reserve_ahead`, :meth:`_reserve`).
+        ``for_wait=False``: not counting the wait (``max_wait_s``)."""
         res_policy = self.policy.reservation
         if not res_policy.enabled:
             return False
-        aging = self.policy.aging
         return (
             job.gpus >= res_policy.min_gpus
             or job.key in self.heads
             or (
-                for_wait
-                and self.wait_guard_s is not None
-                and self.waited(job) >= self.wait_guard_s
-                and (not aging.max_wait_whole_node or job.gpus >= self._largest_node)
+                for_wait and self.wait_guard_s is not None and self.waited(job) >= self.wait_guard_s
             )
             or self.draining(job)
         )
@@ -485,18 +358,12 @@ class Reservations:
             return None
         return max(aging.max_wait_s, aging.max_wait_fifo_share * self.fifo_limit_s)
 
-    @cached_property
-    def _largest_node(self) -> float:
-        """GPUs of the fleet's largest node (``aging.max_wait_whole_node``)."""
-        return max((n.gpus for c in self._clusters for n in c.nodes), default=0.0)
-
     def draining(self, job: Job) -> bool:
         """True once ``job`` has waited ``reservation.drain_after_s`` and ``drain_ratio``
         times the mean wait of the pending jobs (the starvation guard), or with
         ``reservation.drain_fifo`` once it has waited ``fifo_share`` times the longest FIFO
         wait budget of the pending jobs (with ``fifo_share`` 0: once the clock is past its
-        own FIFO due time); the limit is :meth:`wait_limit_s`. Under ``drain_lead`` a job
-        needing more than the largest node counts its lead (:meth:`_lead_s`) as waited."""
+        own FIFO due time); the limit is :meth:`wait_limit_s`."""
         res_policy = self.policy.reservation
         waited = self.waited(job)
         if res_policy.drain_fifo and job.fifo_due_s is not None:
@@ -504,64 +371,22 @@ class Reservations:
             if need is None:
                 if fifo_due(job, self.now):
                     return True
-            elif waited >= need or waited + self._lead_s(job) >= need:
+            elif waited >= need:
                 return True
         after = res_policy.drain_after_s
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
 
-    def _lead_s(self, job: Job) -> float:
-        """Under ``reservation.drain_lead``, for a job needing more than a whole node: how
-        much later than by their medians enough nodes of its best candidate group (the
-        one that clears first at the 90th percentile) are empty at the 90th percentile of
-        their jobs' runtime laws given their ages (0 otherwise). Such a job drains this
-        much earlier: the share's margin covers a room that clears as predicted, the lead
-        what the predictions may miss, so exact runtimes give no lead."""
-        if not self.policy.reservation.drain_lead or job.gpus <= self._largest_node:
-            return 0.0
-        lead = self._leads.get(job.key)
-        if lead is None:
-            highs = ((self._clear_s(c.key, job.gpus), c.key) for c in self.cands_of(job))
-            high_s, key = min((h for h in highs if h[0] < math.inf), default=(0.0, None))
-            lead = 0.0 if key is None else high_s - self._clear_s(key, job.gpus, MEDIAN_Q)
-            lead = max(0.0, lead)
-            self._leads[job.key] = lead
-        return lead
-
-    def _clear_s(self, key: GroupKey, gpus: float, q: float = HIGH_Q) -> float:
-        """Time from now until the usable nodes of ``key`` emptied first (each at the ``q``
-        quantile of its jobs' ends) add up to ``gpus`` GPUs; infinite if they never do."""
-        frees = self._frees.get((key, q))
-        if frees is None:
-            usable = self.capacity.usable.get(key, ())
-            frees = sorted((self._empty_at(s, q), s.gpus) for s in usable)
-            self._frees[(key, q)] = frees
-        total = 0.0
-        for at, node_gpus in frees:
-            total += node_gpus
-            if total >= gpus:
-                return at - self.now
-        return math.inf
-
-    def _empty_at(self, slot: Slot, q: float = HIGH_Q) -> float:
-        """When ``slot`` is empty at the ``q`` quantile of its jobs' runtime laws given their
-        ages (now if it runs none); :meth:`hedged` and :meth:`_clear_s` use it."""
-        ends = (quantile_end_s(i, self.now, q, at_least_s=0.0) for i in slot.running)
-        return max(ends, default=self.now)
-
     def wait_limit_s(self, job: Job) -> float:
         """The wait ``job`` drains at ``fifo_share`` of (under ``drain_fifo``): for a job
         of fewer than ``calibrate_below_gpus`` GPUs with a calibrated due time the longest
-        calibrated budget (under ``fifo_replay``, at least FIFO's replayed longest wait),
-        for the others :attr:`fifo_limit_s`."""
+        calibrated budget, for the others :attr:`fifo_limit_s`."""
         if (
             job.gpus < self.policy.reservation.calibrate_below_gpus
             and job.fifo_calibrated_due_s is not None
         ):
-            if self._replay_s is None:
-                return self._widest_calibrated
-            return max(self._widest_calibrated, self._replay_s)
+            return self._widest_calibrated
         return self.fifo_limit_s
 
     def behind(self, res: Reserved) -> bool:
@@ -586,16 +411,6 @@ class Reservations:
         late = [r for r in held if self.behind(r)]
         return min(late, key=lambda r: (self.drain_order(r.job), r.job_key), default=None)
 
-    def frozen(self, res: Reserved) -> bool:
-        """True if ``res``'s room takes no new job (``reservation.freeze_overdue_gangs``):
-        it is the :meth:`first_behind` of the reservations of jobs needing more than the
-        fleet's largest node, so one room at a time stands empty. Its hedge
-        (``Reserved.spare``) is not frozen: it backfills as usual (:meth:`in_the_way`)."""
-        if not self.policy.reservation.freeze_overdue_gangs:
-            return False
-        first = self.first_behind(r for r in self.held if r.job.gpus > self._largest_node)
-        return first is not None and first.job_key == res.job_key
-
     def drain_order(self, job: Job) -> float:
         """Under ``reservation.drain_fifo``, when a draining ``job`` fell due: its FIFO due
         time, else (none stamped) its submit time; 0 without drain_fifo. Draining jobs
@@ -607,16 +422,10 @@ class Reservations:
         return job.submit_s if job.fifo_due_s is None else job.fifo_due_s
 
     @cached_property
-    def _widest_fifo_wait(self) -> float:
-        """The longest FIFO wait budget of the pending jobs (:func:`widest_fifo_wait`)."""
-        return widest_fifo_wait(self._pending)
-
-    @property
     def fifo_limit_s(self) -> float:
         """FIFO's longest wait as the jobs of ``calibrate_below_gpus`` GPUs or more see
-        it: replayed (``reservation.fifo_replay``, when the snapshot carries it), else the
-        longest budget of the pending jobs."""
-        return self._widest_fifo_wait if self._replay_s is None else self._replay_s
+        it: the longest FIFO wait budget of the pending jobs (:func:`widest_fifo_wait`)."""
+        return widest_fifo_wait(self._pending)
 
     @cached_property
     def _widest_calibrated(self) -> float:
@@ -644,5 +453,4 @@ class Reservations:
             message=reasons.reserved(res.key, res.start_s, self.now),
             reserved_start_s=res.start_s,
             reserved_end_s=res.end_s,
-            reserved_key=res.key,
         )

@@ -15,10 +15,7 @@ from statistics import NormalDist
 
 from cpn.core.model import Running
 
-#: The level of ``Estimate.high_s`` among the law's quantiles, and its z-score.
-HIGH_Q = 0.9
-#: The law's median.
-MEDIAN_Q = 0.5
+#: z-score of the 90th percentile (``Estimate.high_s``).
 Z90 = 1.2815515655446004
 _NORMAL = NormalDist()
 

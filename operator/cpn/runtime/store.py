@@ -21,19 +21,10 @@ from cpn.core.capacity import Usage, worker_gpus
 from cpn.core.delegated import Delegated, with_delegated
 from cpn.core.estimator import Estimator
 from cpn.core.explain import Choice, Frees
-from cpn.core.fifodue import (
-    Outcome,
-    Replayer,
-    ReplayFacts,
-    due_times,
-    estimated_runtime_s,
-    resumed_due_s,
-    runtime_ratio,
-)
+from cpn.core.fifodue import Outcome, due_times, resumed_due_s, runtime_ratio
 from cpn.core.model import Cluster, Hold, Job, Running, Snapshot
 from cpn.core.policy import Preemption, QueuePolicy
 from cpn.core.preemption import saved_s
-from cpn.core.reservations import reserved_of
 from predictor.runtimes import siblings
 
 ACTIVE_PHASES = frozenset({k.PHASE_STAGING, k.PHASE_DISPATCHED, k.PHASE_RUNNING})
@@ -177,7 +168,6 @@ class Store:
         #: every waiting job is estimated again at the next change of knowledge (not only the
         #: unseen): set when the predictor learns a benchmark, which changes a whole GPU type
         self.refresh_all_due = False
-        self._replayer = Replayer()  # Snapshot.fifo_replay_s, renewed hourly
 
     def owner_of(self, namespace: str) -> tuple[str, str]:
         """User and group of a namespace: the policy's mapping, then its labels, then its name."""
@@ -444,35 +434,7 @@ class Store:
             clusters=tuple(clusters),
             bandwidth_gbps=bandwidth,
         )
-        snapshot = self._stamp_due(snapshot)
-        if self.policy.reservation.fifo_replay:
-            replayed = self._replayer.longest_wait_s(snapshot, lambda: self._replay_rows(now_s))
-            snapshot = replace(snapshot, fifo_replay_s=replayed)
-        return snapshot
-
-    def _replay_rows(self, now_s: float) -> list[ReplayFacts]:
-        """Every AIJob known as the FIFO replay sees it (:func:`replay_jobs`), as the
-        simulator does: a succeeded job with the work it needed, a failed one with what it
-        ran, the others with the larger of their estimate and what they have run so far
-        (bounded by the finished ones)."""
-        restart_s = self.policy.preemption.restart_cost_s
-        rows = []
-        for record in self.records.values():
-            job = record.job
-            if job is None or record.phase == k.PHASE_INVALID:
-                continue
-            done = None
-            if record.phase == k.PHASE_SUCCEEDED:
-                done = work_s(record, restart_s)
-            elif record.phase == k.PHASE_FAILED:
-                last = record.finish_s - record.start_s if record.start_s else 0.0
-                done = record.attained_s + max(0.0, last)
-            ran = record.attained_s
-            if record.phase == k.PHASE_RUNNING:
-                ran += max(0.0, now_s - record.start_s)
-            basis = record.fifo_basis_s or estimated_runtime_s(job)
-            rows.append(ReplayFacts(job.submit_s, job.gpus, done, basis, ran))
-        return rows
+        return self._stamp_due(snapshot)
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with FIFO due times on each pending job that enters a cycle without
@@ -513,15 +475,12 @@ def work_s(record: Record, restart_cost_s: float) -> float:
 
 
 def _synced(record: Record) -> Job:
-    """``record.job`` with the record's attempts, back-off, FIFO due time and the group its
-    last hold reserved on, kept on the record so a running job is the same object from one
-    cycle to the next."""
+    """``record.job`` with the record's attempts, back-off and FIFO due time, kept on the
+    record so a running job is the same object from one cycle to the next."""
     job = record.job
     assert job is not None
-    key, start_s = reserved = reserved_of(record.hold)
     if (
-        reserved_of(job) != reserved
-        or job.attempts != record.attempts
+        job.attempts != record.attempts
         or job.not_before_s != record.not_before_s
         or job.fifo_due_s != record.fifo_due_s
         or job.fifo_calibrated_due_s != record.fifo_calibrated_due_s
@@ -534,8 +493,6 @@ def _synced(record: Record) -> Job:
             fifo_due_s=record.fifo_due_s,
             fifo_calibrated_due_s=record.fifo_calibrated_due_s,
             fifo_basis_s=record.fifo_basis_s,
-            reserved_key=key,
-            reserved_start_s=start_s,
         )
     return job
 

@@ -29,11 +29,7 @@ from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
 from cpn.core.fairshare import FairShare
 from cpn.core.fifodue import (
     Outcome,
-    Replayer,
-    ReplayFacts,
     due_times,
-    estimated_runtime_s,
-    ran_s,
     resumed_due_s,
     runtime_ratio,
     stamped,
@@ -41,7 +37,6 @@ from cpn.core.fifodue import (
 from cpn.core.model import CyclePlan, Job, Running, Snapshot, Start
 from cpn.core.policy import QueuePolicy
 from cpn.core.preemption import saved_s
-from cpn.core.reservations import reserved_of
 from cpn.sim.caches import Caches
 from cpn.sim.clusters import ClusterSet
 from cpn.sim.fleet import Fleet
@@ -212,7 +207,6 @@ class World:
         self._needs: dict[float, int] = {}  # GPUs one worker needs -> pending jobs needing it
         self._unstamped = False  # a pending job has no FIFO due time yet
         self._outcomes: list[Outcome] = []  # finished jobs, for the runtime ratio
-        self._replayer = Replayer()  # Snapshot.fifo_replay_s, renewed hourly
         self.skip_full_cycles = skip_full_cycles
         self._skipped = 0
         self._running: dict[str, Running] = {}
@@ -291,7 +285,7 @@ class World:
             if self._pending and self._may_start():
                 self._cycle()
             elif self._unstamped:
-                self.snapshot(replay=False)  # due times stamped now, as the operator's cycle does
+                self.snapshot()  # due times stamped now, as the operator's cycle does
             if self._unprojected:
                 self._first_etas()
             self._record_sample()
@@ -413,9 +407,9 @@ class World:
         self._skipped += 1
         return False
 
-    def snapshot(self, *, replay: bool = True) -> Snapshot:
+    def snapshot(self) -> Snapshot:
         """The world as the scheduler sees it now (waiting jobs' estimates brought up to date,
-        new jobs stamped with their FIFO due time; without ``replay`` no FIFO replay)."""
+        new jobs stamped with their FIFO due time)."""
         if self.reestimate:
             self.refresh_estimates()
         snapshot = Snapshot(
@@ -430,24 +424,7 @@ class World:
         )
         if self._unstamped:
             snapshot = self._stamp_due(snapshot)
-        if replay and self.policy.reservation.fifo_replay:
-            snapshot = replace(
-                snapshot, fifo_replay_s=self._replayer.longest_wait_s(snapshot, self._replay_rows)
-            )
         return snapshot
-
-    def _replay_rows(self) -> list[ReplayFacts]:
-        """Every admitted job as the FIFO replay sees it (:func:`replay_jobs`)."""
-        rows = []
-        for state in self._states.values():
-            job = state.job
-            ran = ran_s(job)
-            if state.running is not None:
-                ran += self.now_s - state.running.start_s
-            done = state.full_runtime_s if state.record.finish_s is not None else None
-            basis = job.fifo_basis_s or estimated_runtime_s(job)
-            rows.append(ReplayFacts(job.submit_s, job.gpus, done, basis, ran))
-        return rows
 
     def _stamp_due(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with a FIFO due time on each pending job first seen in it
@@ -525,14 +502,6 @@ class World:
             self._preempt(preempt.job_key)
         for start in plan.starts:
             self._start(start, snapshot)
-        if not self.policy.reservation.sticky_gangs:
-            return
-        for hold in plan.holds:  # where each reserved, read back next cycle
-            job = self._pending.get(hold.job_key)
-            key, start_s = reserved_of(hold)
-            if job is not None and reserved_of(job) != (key, start_s):
-                job = replace(job, reserved_key=key, reserved_start_s=start_s)
-                self._pending[job.key] = self._states[job.key].job = job
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
