@@ -747,3 +747,30 @@ def test_a_cycle_is_freed_by_reference_counting_alone():
         gc.enable()
     assert hold_of(plan, "big").reserved_start_s == 1000  # the reservation path ran
     assert alive == []
+
+
+@pytest.mark.parametrize(("no_bigger", "victim"), [(False, "wide"), (True, "narrow")])
+def test_no_bigger_victims_stops_only_jobs_the_waiting_job_can_replace(
+    no_bigger: bool, victim: str
+):
+    """``preemption.no_bigger_victims``: a 1-GPU job ranked above two checkpointing jobs
+    stops the 4-GPU one (ranked lowest: most GPU-time left) unless the option holds it to
+    victims of at most its own GPUs; then it stops the 1-GPU one."""
+    from cpn.core.policy import Preemption
+
+    c = cluster("m", nodes("m", 2, gpus=4, free=[0, 0]))
+    wide = job("wide", gpus=4, runtime_s=40_000.0, checkpoint=True)
+    narrow = job("narrow", gpus=1, runtime_s=40_000.0, checkpoint=True)
+    filler = job("filler", gpus=3, runtime_s=40_000.0)
+    runs = [
+        running(wide, "m", A100, ("m-0",), start_s=0, end_s=40_000),
+        running(narrow, "m", A100, ("m-1",), start_s=0, end_s=40_000),
+        running(filler, "m", A100, ("m-1",), start_s=0, end_s=40_000),
+    ]
+    fresh = job("fresh", gpus=1, runtime_s=1_000.0, submitted_s=1000)
+    policy = QueuePolicy(
+        name="p",
+        preemption=Preemption(enabled=True, min_run_s=0, no_bigger_victims=no_bigger),
+    )
+    snap = snapshot(jobs=[fresh], clusters=[c], running_jobs=runs, now_s=1000, policy=policy)
+    assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == [(victim, "fresh")]

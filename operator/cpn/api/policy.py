@@ -146,6 +146,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "for_overdue": boolean,
     "protect_waited_share": number(0.0, 1.0, above=True, nullable=True),
     "around_reservations": boolean,
+    "no_bigger_victims": boolean,
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

@@ -239,6 +239,11 @@ class Preemption:
     reserve once requeued only for its wait (``aging.max_wait_s``, not its size or a
     drain) may be stopped too; without it, any reservation in the group forbids
     preemption there and such victims are never stopped.
+
+    With ``no_bigger_victims`` a job is stopped for rank only for a job needing at least as
+    many GPUs: a bigger victim leaves the rest of its room to others, and once requeued
+    needs a hole bigger than the one it was stopped for, which jobs of the waiting job's
+    size keep filling (the overdue head, above, is not bound by it).
     """
 
     enabled: bool = True
@@ -250,6 +255,7 @@ class Preemption:
     for_overdue: bool = True
     protect_waited_share: float | None = None
     around_reservations: bool = False
+    no_bigger_victims: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

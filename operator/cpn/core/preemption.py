@@ -65,7 +65,8 @@ def choose_preemptions(
     than the preemption costs (:func:`preemption_cost_gpu_s` under the formula).
 
     Only checkpointing jobs that ran ``min_run_s`` and would take no reservation once
-    requeued are victims; ``capacity`` is taken for each job a preemption is made for.
+    requeued are victims (under ``no_bigger_victims``, for rank, only those needing at most
+    the waiting job's GPUs); ``capacity`` is taken for each job a preemption is made for.
     """
     policy = snapshot.policy
     blocked = [r for r in ranked[: policy.placement.window] if r.job.key not in started]
@@ -138,6 +139,7 @@ def choose_preemptions(
                     if r.job.key in movable
                     and r.job.key not in victims_taken
                     and rank_of[r.job.key][0] >= mine[0]
+                    and (not rules.no_bigger_victims or r.job.gpus <= item.job.gpus)
                     and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
                     and (
                         not priced
