@@ -8,7 +8,6 @@ does not delay it.
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +15,7 @@ from cpn.core.cycle import plan_cycle
 from cpn.core.policy import QueuePolicy, Reservation
 from tests.builders import cluster, job, nodes, running, snapshot
 
-A100, V100 = "A100-80GB", "V100-32GB"
+A100 = "A100-80GB"
 
 
 def _busy(ends: list[float]) -> tuple[list[object], object]:
@@ -136,39 +135,3 @@ def test_under_fifo_share_a_job_past_due_drains_once_it_waited_that_share_of_the
     assert reserved(_shared(0.0), wide) == 2000.0
     assert reserved(_shared(0.5), wide) is None
     assert reserved(_shared(0.5), narrow) == 2000.0
-
-
-@pytest.mark.parametrize(
-    ("by_start", "slow_frees_s", "want_start_s"),
-    [
-        (False, 9_800.0, 20_000.0),  # by completion: the fast room, past the deadline
-        (True, 9_800.0, 9_800.0),  # the only room starting by the deadline (10,000 s)
-        (True, 12_000.0, 12_000.0),  # none starts by it: the room starting soonest
-        (True, 25_000.0, 20_000.0),  # the fast room starts soonest too
-    ],
-)
-def test_drain_by_start_reserves_room_starting_by_the_deadline(
-    by_start: bool, slow_frees_s: float, want_start_s: float
-):
-    """``reservation.drain_by_start``: a job submitted at 0 whose FIFO budget is 10,000 s
-    (the widest pending: the limit) drains at 0.9 of it; at 9,500 s its deadline is
-    10,000 s. The A100 node frees at 20,000 s and would finish it at 30,000 s; the V100
-    node frees at ``slow_frees_s`` and would take 40,000 s more."""
-    fast = cluster("fast", nodes("fast", 1, gpu_type=A100, gpus=8, free=[0.0]))
-    slow = cluster("slow", nodes("slow", 1, gpu_type=V100, gpus=8, free=[0.0]))
-    busy = [
-        running(job("run-fast", gpus=8), "fast", A100, ("fast-0",), end_s=20_000.0),
-        running(job("run-slow", gpus=8), "slow", V100, ("slow-0",), end_s=slow_frees_s),
-    ]
-    old = job(
-        "old8", gpus=8, submitted_s=0, fifo_due_s=10_000.0,
-        runtime_s={A100: 10_000.0, V100: 40_000.0},
-    )  # fmt: skip
-    policy = QueuePolicy(
-        reservation=Reservation(drain_after_s=None, fifo_share=0.9, drain_by_start=by_start)
-    )
-    snap = snapshot(
-        jobs=[old], clusters=[fast, slow], running_jobs=busy, now_s=9_500, policy=policy
-    )
-    (hold,) = [h for h in plan_cycle(snap).holds if h.job_key == "old8"]
-    assert hold.reserved_start_s == want_start_s

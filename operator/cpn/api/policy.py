@@ -124,7 +124,6 @@ _RESERVATION: Mapping[str, Parser] = {
     "drain_fifo": boolean,
     "fifo_share": number(0.0, 1.0),
     "calibrate_below_gpus": number(0.0, MAX_GPUS),
-    "drain_by_start": boolean,
 }
 _PLACEMENT: Mapping[str, Parser] = {
     "method": choice(METHODS),

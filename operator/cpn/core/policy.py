@@ -164,13 +164,6 @@ class Reservation:
     longest budget in calibrated budgets (``Job.fifo_calibrated_due_s``: the backlog
     scaled by how much longer than estimated started jobs have run); 0 turns this off.
 
-    With ``drain_by_start`` a draining job with a FIFO due time reserves, among the rooms
-    it fits, one starting by its deadline (the instant its wait bound runs out,
-    :meth:`cpn.core.reservations.Reservations.deadline_s`), finishing soonest among
-    those; where none starts in time, the room starting soonest. Without it a draining
-    job, like any other, reserves the room finishing it soonest, which may start past its
-    bound on a faster GPU type.
-
     With ``head`` (off by default; figures in docs/policy.md) the highest-ranked job of
     each level that fits nowhere at the start of the cycle reserves too, whatever its size
     or wait (EASY backfilling's rule): jobs ranked below it start only where they do not
@@ -189,7 +182,6 @@ class Reservation:
     drain_fifo: bool = True
     fifo_share: float = 0.9
     calibrate_below_gpus: float = 2.0
-    drain_by_start: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

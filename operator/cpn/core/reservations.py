@@ -232,8 +232,7 @@ class Reservations:
             return None
         if not self.reserves(job):
             return None
-        deadline = self.deadline_s(job) if self.policy.reservation.drain_by_start else None
-        best: tuple[bool, float, float, bool, str, str, Reserved] | None = None
+        best: tuple[bool, float, bool, str, str, Reserved] | None = None
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.held if r.key == cand.key))
             found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
@@ -254,14 +253,11 @@ class Reservations:
             # room free now beats room predicted to free.
             late = when <= self.now and self.capacity.fit(job, cand.key, taken) is None
             waits = self.capacity.fit(job, cand.key) is None
-            # Under ``drain_by_start`` a draining job takes room starting by its deadline
-            # first (finishing soonest among those), else the room starting soonest.
-            over = 0.0 if deadline is None else max(0.0, when - deadline)
-            if best is None or (late, over, done, waits, *cand.key) < best[:6]:
-                best = (late, over, done, waits, cand.key[0], cand.key[1], res)
+            if best is None or (late, done, waits, *cand.key) < best[:5]:
+                best = (late, done, waits, cand.key[0], cand.key[1], res)
         if best is None:
             return None
-        res = best[6]
+        res = best[5]
         self.held.append(res)
         return res
 
@@ -381,16 +377,6 @@ class Reservations:
         if after is None or waited < after:
             return False
         return waited >= res_policy.drain_ratio * self._mean_wait
-
-    def deadline_s(self, job: Job) -> float | None:
-        """For a draining ``job`` with a FIFO due time, the instant its wait bound runs out:
-        its submit time plus what it ran plus :meth:`wait_limit_s` (under ``fifo_share``),
-        else its FIFO due time; None for any other job."""
-        if job.fifo_due_s is None or not self.draining(job):
-            return None
-        if self.policy.reservation.fifo_share > 0:
-            return job.submit_s + ran_s(job) + self.wait_limit_s(job)
-        return job.fifo_due_s
 
     def wait_limit_s(self, job: Job) -> float:
         """The wait ``job`` drains at ``fifo_share`` of (under ``drain_fifo``): for a job
