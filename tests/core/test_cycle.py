@@ -749,13 +749,17 @@ def test_a_cycle_is_freed_by_reference_counting_alone():
     assert alive == []
 
 
-@pytest.mark.parametrize(("no_bigger", "victim"), [(False, "wide"), (True, "narrow")])
+@pytest.mark.parametrize(
+    ("no_bigger", "priority", "victim"),
+    [(False, 0, "wide"), (True, 0, "narrow"), (True, 5, "wide")],
+)
 def test_no_bigger_victims_stops_only_jobs_the_waiting_job_can_replace(
-    no_bigger: bool, victim: str
+    no_bigger: bool, priority: int, victim: str
 ):
     """``preemption.no_bigger_victims``: a 1-GPU job ranked above two checkpointing jobs
     stops the 4-GPU one (ranked lowest: most GPU-time left) unless the option holds it to
-    victims of at most its own GPUs; then it stops the 1-GPU one."""
+    victims of at most its own GPUs; then it stops the 1-GPU one. A job of higher priority
+    is not held to it."""
     from cpn.core.policy import Preemption
 
     c = cluster("m", nodes("m", 2, gpus=4, free=[0, 0]))
@@ -767,10 +771,11 @@ def test_no_bigger_victims_stops_only_jobs_the_waiting_job_can_replace(
         running(narrow, "m", A100, ("m-1",), start_s=0, end_s=40_000),
         running(filler, "m", A100, ("m-1",), start_s=0, end_s=40_000),
     ]
-    fresh = job("fresh", gpus=1, runtime_s=1_000.0, submitted_s=1000)
+    fresh = job("fresh", gpus=1, runtime_s=1_000.0, submitted_s=1000, priority=priority)
     policy = QueuePolicy(
         name="p",
         preemption=Preemption(enabled=True, min_run_s=0, no_bigger_victims=no_bigger),
+        quotas=Quotas(max_priority=None),
     )
     snap = snapshot(jobs=[fresh], clusters=[c], running_jobs=runs, now_s=1000, policy=policy)
     assert [(p.job_key, p.for_key) for p in plan_cycle(snap).preemptions] == [(victim, "fresh")]

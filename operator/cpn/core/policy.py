@@ -241,7 +241,8 @@ class Preemption:
     preemption there and such victims are never stopped.
 
     With ``no_bigger_victims`` a job is stopped for rank only for a job needing at least as
-    many GPUs: a bigger victim leaves the rest of its room to others, and once requeued
+    many GPUs, between jobs of one level and priority (a higher level or priority takes the
+    room it needs): a bigger victim leaves the rest of its room to others, and once requeued
     needs a hole bigger than the one it was stopped for, which jobs of the waiting job's
     size keep filling (the overdue head, above, is not bound by it).
     """

@@ -65,8 +65,9 @@ def choose_preemptions(
     than the preemption costs (:func:`preemption_cost_gpu_s` under the formula).
 
     Only checkpointing jobs that ran ``min_run_s`` and would take no reservation once
-    requeued are victims (under ``no_bigger_victims``, for rank, only those needing at most
-    the waiting job's GPUs); ``capacity`` is taken for each job a preemption is made for.
+    requeued are victims (under ``no_bigger_victims``, between jobs of one level and
+    priority, only those needing at most the waiting job's GPUs); ``capacity`` is taken for
+    each job a preemption is made for.
     """
     policy = snapshot.policy
     blocked = [r for r in ranked[: policy.placement.window] if r.job.key not in started]
@@ -139,7 +140,12 @@ def choose_preemptions(
                     if r.job.key in movable
                     and r.job.key not in victims_taken
                     and rank_of[r.job.key][0] >= mine[0]
-                    and (not rules.no_bigger_victims or r.job.gpus <= item.job.gpus)
+                    and (
+                        not rules.no_bigger_victims
+                        or r.job.gpus <= item.job.gpus
+                        or rank_of[r.job.key][0] > mine[0]  # a lower level: room goes up
+                        or prio[r.job.key] < prio[item.job.key]  # lower priority: the same
+                    )
                     and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
                     and (
                         not priced
