@@ -140,18 +140,21 @@ def choose_preemptions(
                     if r.job.key in movable
                     and r.job.key not in victims_taken
                     and rank_of[r.job.key][0] >= mine[0]
-                    and (
-                        not rules.no_bigger_victims
-                        or r.job.gpus <= item.job.gpus
-                        or rank_of[r.job.key][0] > mine[0]  # a lower level: room goes up
-                        or prio[r.job.key] < prio[item.job.key]  # lower priority: the same
-                    )
                     and rank_of[r.job.key][1] - mine[1] >= gap + cost[r.job.key]
+                    # Below the waiting job's level or priority, rank and price decide;
+                    # between peers, the victim must be longer (``shorter_by``, under the
+                    # formula) and, under ``no_bigger_victims``, no wider.
                     and (
-                        not priced
-                        or rank_of[r.job.key][0] > mine[0]  # a lower level: rank decides
-                        or prio[r.job.key] < prio[item.job.key]  # lower priority: rank decides
-                        or remaining[r.job.key] >= rules.shorter_by * remaining[item.job.key]
+                        rank_of[r.job.key][0] > mine[0]
+                        or prio[r.job.key] < prio[item.job.key]
+                        or (
+                            (
+                                not priced
+                                or remaining[r.job.key]
+                                >= rules.shorter_by * remaining[item.job.key]
+                            )
+                            and (not rules.no_bigger_victims or r.job.gpus <= item.job.gpus)
+                        )
                     )
                 ),
                 key=lambda r: (rank_of[r.job.key], r.job.key),
