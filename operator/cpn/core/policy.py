@@ -244,7 +244,8 @@ class Preemption:
     many GPUs, between jobs of one level and priority (a higher level or priority takes the
     room it needs): a bigger victim leaves the rest of its room to others, and once requeued
     needs a hole bigger than the one it was stopped for, which jobs of the waiting job's
-    size keep filling (the overdue head, above, is not bound by it).
+    size keep filling (the overdue head, above, is not bound by it). Both are on by default
+    since 5 Dec 2026 (docs/policy.md has the figures); the ``las`` preset turns them off.
     """
 
     enabled: bool = True
@@ -255,8 +256,8 @@ class Preemption:
     shorter_by: float = 2.0
     for_overdue: bool = True
     protect_waited_share: float | None = None
-    around_reservations: bool = False
-    no_bigger_victims: bool = False
+    around_reservations: bool = True
+    no_bigger_victims: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

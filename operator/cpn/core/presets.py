@@ -50,7 +50,13 @@ PRESETS: dict[str, QueuePolicy] = {
         ordering="las",
         reservation=_NO_RESERVATION,
         placement=Placement(method="first-fit"),
-        preemption=Preemption(enabled=True, min_priority_gap=1, restart_cost_s=60.0),
+        preemption=Preemption(
+            enabled=True,
+            min_priority_gap=1,
+            restart_cost_s=60.0,
+            around_reservations=False,  # the published LAS: any job may be stopped for rank
+            no_bigger_victims=False,
+        ),
     ),
     "gavel": QueuePolicy(
         name="gavel",
