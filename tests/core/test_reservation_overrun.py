@@ -180,3 +180,40 @@ def test_room_a_reservation_no_longer_holds_goes_to_the_job_that_waited_for_it()
     plan = plan_cycle(quota_voids_a_reservation("u2"))
     assert _starts(plan) == {"small": ("v-0",), "big": ("v-0", "v-0")}
     assert _reserved(plan) == {}
+
+
+def test_a_reservation_over_its_users_whole_quota_may_move_for_a_job_that_fits() -> None:
+    """Every running job is past its predicted end, so all their room frees "now" on paper.
+    User u1 may use 4 GPUs; the jobs rank in key order. ``1-wide`` (2 x 2 GPUs) reserves
+    that room, due now; ``2-one`` (1 GPU) starts, and ``1-wide`` (1 of 4 in use, needs 4)
+    waits for quota wherever it goes. ``3-pair`` (2 x 1 GPU; 3 of 4 with it) fits now on
+    nodes n2 and n3 and ``1-wide`` still finds paper room due now on n0: ``3-pair`` starts
+    (before, a reservation over its user's whole quota might not move, so ``3-pair`` waited
+    beside room it fits; a property test's example, tests/core/test_properties.py)."""
+    n0 = nodes("c", 1, gpus=8, free=[1.0], prefix="n0")
+    n1 = nodes("c", 1, gpus=1, free=[0.0], prefix="n1")
+    n2 = nodes("c", 1, gpus=4, free=[3.0], prefix="n2")
+    n3 = nodes("c", 1, gpus=1, free=[1.0], prefix="n3")
+    quotas = Quotas(groups={"g": GroupQuota(limit=Limit(gpus=16.0), users={"u1": Limit(gpus=4.0)})})
+    reservation = Reservation(
+        min_gpus=4, claim_big=False, drain_after_s=100.0, drain_ratio=0.0, drain_fifo=False
+    )
+    policy = replace(PRESETS["gavel"], quotas=quotas, reservation=reservation)
+    both: dict[str, float] = {A100: 10.0, V100: 10.0}
+    snap = snapshot(
+        now_s=NOW,
+        policy=policy,
+        clusters=[cluster("c", n0, n1, n2, n3)],
+        running_jobs=[
+            _holder("r0", n0[0], 7, 0.0, group="g"),
+            _holder("r1", n1[0], 1, 0.0, group="g"),
+            _holder("r2", n2[0], 1, 0.0, group="g"),
+        ],
+        jobs=[
+            job(key, gpus=g, workers=w, runtime_s=both, user="u1", group="g")
+            for key, g, w in (("1-wide", 2, 2), ("2-one", 1, 1), ("3-pair", 1, 2))
+        ],
+    )
+    plan = plan_cycle(snap)
+    assert set(_starts(plan)) == {"2-one", "3-pair"}
+    assert _reserved(plan) == {"1-wide": NOW}

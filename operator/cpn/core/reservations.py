@@ -114,8 +114,11 @@ class Reservations:
         # may any room it could move to); one due later keeps its nodes, so no later
         # cycle finds them taken until after its start.
         lasts = {res.key: res.end_s - res.start_s}
+        # Room of a GPU type its quota forbids is no room, unless the quota forbids its own
+        # type as much (a user's whole quota in use): then it waits for quota anywhere.
+        blocked_here = bool(self.quota.exceeds(job, res.key[1]))
         for cand in self.cands_of(job) if res.start_s <= self.now else ():
-            if not self.quota.exceeds(job, cand.key[1]):
+            if blocked_here or not self.quota.exceeds(job, cand.key[1]):
                 taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
                 options.append((cand.key, taken))
                 lasts.setdefault(cand.key, cand.transfer_s + cand.runtime_s)
