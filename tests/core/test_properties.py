@@ -218,22 +218,26 @@ def _all_keep_their_start(
 ) -> bool:
     """True if the reserved jobs, placed one after the other (earliest reserved start
     first) where they fit soonest in ``after``, all start by their reserved starts, and
-    those that fit now in ``before`` still fit now."""
+    those that fit now in ``before`` still fit now. A reservation holds whole nodes
+    (``Reservations.excluded``): no two are placed on one node."""
+    held: dict[tuple[str, str], frozenset[str]] = {}
     for key, at in sorted(reserved.items(), key=lambda kv: (kv[1], kv[0])):
         j = jobs[key]
         must_now = at <= snap.now_s and _fits_now(snap, before, j)
         best: tuple[float, tuple[str, str], tuple[str, ...]] | None = None
         for cand in candidates(j, after, snap):
+            exclude = held.get(cand.key, frozenset())
             if must_now:
-                nodes = after.fit(j, cand.key)
+                nodes = after.fit(j, cand.key, exclude)
                 found = None if nodes is None else (snap.now_s, nodes)
             else:
-                found = after.earliest_fit(j, cand.key, snap.now_s)
+                found = after.earliest_fit(j, cand.key, snap.now_s, exclude=exclude)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], cand.key, found[1])
         if best is None or best[0] > at + 1e-6:
             return False
         after.take(j, best[1], best[2])
+        held[best[1]] = held.get(best[1], frozenset()) | frozenset(best[2])
     return True
 
 
