@@ -116,8 +116,9 @@ class Reservations:
         lasts = {res.key: res.end_s - res.start_s}
         # Room of a GPU type its quota forbids is no room, unless the quota forbids its own
         # type as much (a user's whole quota in use): then it waits for quota anywhere.
-        blocked_here = bool(self.quota.exceeds(job, res.key[1]))
-        for cand in self.cands_of(job) if res.start_s <= self.now else ():
+        due_now = res.start_s <= self.now
+        blocked_here = due_now and bool(self.quota.exceeds(job, res.key[1]))
+        for cand in self.cands_of(job) if due_now else ():
             if blocked_here or not self.quota.exceeds(job, cand.key[1]):
                 taken = frozenset().union(*(r.nodes for r in others if r.key == cand.key))
                 options.append((cand.key, taken))
