@@ -7,6 +7,7 @@ import pytest
 
 from cpn.core.eta import Projection
 from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator, fit_factor
+from tests.builders import job
 
 
 def test_no_history_returns_the_raw_projection():
@@ -211,7 +212,6 @@ def test_tell_records_slips_then_states_and_follows_new_jobs():
     the new job is stated with that factor and followed from now on; jobs the projection did
     not reach, or no longer pending, are left out."""
     from cpn.core.eta import Projection
-    from tests.builders import job
 
     calibrator = WaitCalibrator(CalibrationConfig(min_samples=1))
     calibrator.projected("old", "q", 0.0, 1000.0)
@@ -310,3 +310,62 @@ def test_each_side_takes_the_wider_source():
     assert told.start_s == 1000.0  # factor pinned at 1
     assert told.start_low_s == pytest.approx(100.0) and 1000.0 * q20 > 100.0
     assert told.start_high_s == pytest.approx(1000.0 * q80) and 1000.0 * q80 > 1100.0
+
+
+def _coverage_of_stream(spread: float, law: tuple[float, float], adapt_step: float) -> float:
+    """Jobs told one at a time (each projected to wait 1000 s, the law's range ``law`` x that
+    wait after now), each starting at 1000 s x a log-normal ratio of sigma ``spread`` before
+    the next is told; the share of the last 1,500 of 2,500 whose stated range held the start.
+    No experience range (``min_samples`` never reached) and the factor pinned at 1."""
+    rng = np.random.default_rng(11)
+    config = CalibrationConfig(
+        min_samples=10**6, window=10, min_factor=1.0, max_factor=1.0, adapt_step=adapt_step
+    )
+    calibrator = WaitCalibrator(config)
+    held = []
+    for i in range(2500):
+        now, wait = 10_000.0 * i, 1000.0
+        found = _ranged(now + wait, now + wait * law[0], now + wait * law[1])
+        told = calibrator.tell({f"j{i}": found}, {f"j{i}": job(f"j{i}", queue="q")}, now, [f"j{i}"])
+        start = now + wait * float(rng.lognormal(0.0, spread))
+        low, high = told[f"j{i}"].start_low_s, told[f"j{i}"].start_high_s
+        assert low is not None and high is not None and low <= told[f"j{i}"].start_s <= high
+        held.append(low <= start <= high)
+        calibrator.started(f"j{i}", start)
+    return float(np.mean(held[1000:]))
+
+
+def test_a_range_too_narrow_for_the_starts_widens_until_it_holds_sixty_percent():
+    """The law's range says +-5% but starts spread by a factor of e: fixed, it holds about
+    4% of them; adaptive, each side widens after misses until about 60% are held."""
+    assert _coverage_of_stream(1.0, (0.95, 1.05), adapt_step=0.0) < 0.1
+    assert 0.55 <= _coverage_of_stream(1.0, (0.95, 1.05), adapt_step=0.1) <= 0.65
+
+
+def test_a_range_far_too_wide_narrows_until_it_holds_sixty_percent():
+    """A range from now to ten times the wait holds every start, and says little; adaptive,
+    it narrows after hits until about 60% of starts are held."""
+    assert _coverage_of_stream(0.3, (0.0, 10.0), adapt_step=0.0) == 1.0
+    assert 0.55 <= _coverage_of_stream(0.3, (0.0, 10.0), adapt_step=0.1) <= 0.65
+
+
+def test_a_job_still_waiting_past_its_range_is_judged_a_miss_before_it_starts():
+    """Once the clock passes a waiting job's stated high bound its start cannot fall in the
+    range: the high side widens at the next tell, not at the start; the start then judges
+    the low side only, and a forgotten job is never judged."""
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=10**6))
+    pending = {k: job(k, queue="q") for k in ("a", "b")}
+    first = calibrator.tell({"a": _ranged(1000.0, 900.0, 1100.0)}, pending, 0.0, ["a"])
+    assert (first["a"].start_low_s, first["a"].start_high_s) == (900.0, 1100.0)
+    calibrator.tell({"a": _ranged(1500.0, 1400.0, 1600.0)}, pending, 1050.0, [])
+    assert calibrator.judged == [0, 0]  # 1050 s: still inside its range
+    calibrator.tell({"a": _ranged(1500.0, 1400.0, 1600.0)}, pending, 1200.0, [])
+    assert calibrator.judged == [0, 1] and calibrator.misses == [0, 1]
+    assert calibrator.range_scale[1] == pytest.approx(np.exp(0.1 * 0.8))
+    calibrator.started("a", 1500.0)
+    assert calibrator.judged == [1, 1] and calibrator.misses == [0, 1]
+    assert calibrator.range_scale[0] == pytest.approx(np.exp(-0.1 * 0.2))
+    calibrator.tell({"b": _ranged(2000.0, 1900.0, 2100.0)}, pending, 1500.0, ["b"])
+    calibrator.forget("b")
+    calibrator.started("b", 9000.0)
+    assert calibrator.judged == [1, 1]

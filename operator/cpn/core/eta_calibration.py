@@ -34,7 +34,18 @@ first projected at this very instant left out: they have slipped by nothing yet)
 
 :meth:`~WaitCalibrator.state` also states the start's p20-p80 range: on each side
 the wider of the runtimes' range (the projection's, from the runtime laws) and the
-experience range (the projected wait scaled by the ratios' 20th and 80th percentiles).
+experience range (the projected wait scaled by the ratios' 20th and 80th percentiles),
+then each side's distance from the stated start scaled by that side's **adaptive
+factor**. The factors keep the stated ranges' long-run coverage at 60% whatever the
+queue does (adaptive conformal inference, Gibbs and Candes, NeurIPS 2021, one
+update per side): every job told a range is judged once, on the high side as soon as
+the clock passes its high bound while it waits (a miss) or when it starts (a miss if
+it starts later, a hit if not), on the low side when it starts (a miss if before the
+low bound); each judgement multiplies that side's factor by ``exp(adapt_step x (miss -
+0.2))``. In the long run each side misses 20% of the judged jobs, so the range holds
+60%: wider after misses, narrower after hits, where neither source's quantiles can
+see how far the queue has moved from what they learnt (a burst of later, shorter
+arrivals; laws narrower than the truth).
 
 :meth:`~WaitCalibrator.observe` records a started job directly (projected and
 actual wait, no key). Pure and deterministic: time comes from the caller
@@ -77,6 +88,7 @@ class CalibrationConfig:
     max_factor: float = 4.0
     prior_factor: float = 1.0
     prior_weight: int = 0  # pseudo-observations at prior_factor in every history
+    adapt_step: float = 0.1  # the range's adaptive factors' step (log scale); 0: fixed at 1
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.min_samples < 1:
@@ -87,6 +99,8 @@ class CalibrationConfig:
             raise ValueError("floor_s must be positive and 0 < min_factor <= max_factor")
         if self.prior_factor <= 0 or self.prior_weight < 0:
             raise ValueError("prior_factor must be positive and prior_weight not negative")
+        if not 0 <= self.adapt_step <= 1:
+            raise ValueError("adapt_step must be in [0, 1]")
 
 
 def fit_factor(ratios: npt.NDArray[np.float64]) -> float:
@@ -132,6 +146,13 @@ class WaitCalibrator:
             tuple[str, float | None, tuple[float, ...]], tuple[int, tuple[float, ...] | None]
         ] = {}
         self.observations = 0  # started jobs seen
+        #: the range's adaptive factors (low side, high side): see the module docstring
+        self.range_scale = [1.0, 1.0]
+        self.judged = [0, 0]  # judgements made per side
+        self.misses = [0, 0]  # of which misses
+        #: job -> [low, high] of the range stated with its first ETA, each side until judged
+        #: (kept apart from the windows: a job that waits past them is judged all the same)
+        self._ranges: dict[str, list[float | None]] = {}
 
     # ------------------------------------------------------------ learning
 
@@ -151,6 +172,13 @@ class WaitCalibrator:
 
     def started(self, key: str, now_s: float) -> None:
         """Job ``key`` started at ``now_s`` (only its first start counts)."""
+        stated = self._ranges.pop(key, None)
+        if stated is not None and np.isfinite(now_s):
+            low, high = stated
+            if low is not None:
+                self._judge(0, miss=now_s < low)
+            if high is not None:
+                self._judge(1, miss=now_s > high)
         tracked = self._jobs.get(key)
         if tracked is None or tracked.start_s is not None or not np.isfinite(now_s):
             return
@@ -158,8 +186,17 @@ class WaitCalibrator:
         self.observations += 1
         self._version += 1
 
+    def _judge(self, side: int, *, miss: bool) -> None:
+        """One judgement of a stated range's ``side`` (0 low, 1 high): adapt its factor."""
+        self.judged[side] += 1
+        self.misses[side] += miss
+        tail = RANGE_LOW_Q if side == 0 else 1.0 - RANGE_HIGH_Q
+        step = self.config.adapt_step * ((1.0 if miss else 0.0) - tail)
+        self.range_scale[side] = min(max(self.range_scale[side] * float(np.exp(step)), 1e-3), 1e3)
+
     def forget(self, key: str) -> None:
         """Job ``key`` left without starting (deleted): it no longer counts."""
+        self._ranges.pop(key, None)
         tracked = self._jobs.pop(key, None)
         if tracked is None:
             return
@@ -302,8 +339,10 @@ class WaitCalibrator:
         and the later high are taken, and neither source can make the range collapse below
         the other. Past ratios alone miss a queue of new jobs (philly-nov-a, no labels); the
         runtimes' range alone misses overtaking when laws are narrow (Gavel's labelled
-        11cb48): docs/results.md, "ETA range". The range always holds the stated start; a bound
-        of neither source leaves the range out.
+        11cb48): docs/results.md, "ETA range". Each side's distance from the stated start is
+        then scaled by that side's adaptive factor (``range_scale``, module docstring). The
+        range always holds the stated start and never begins before ``now_s``; a bound of
+        neither source leaves the range out.
         """
         wait = found.start_s - now_s
         shift = self.calibrate(queue, wait, now_s) - wait
@@ -320,13 +359,21 @@ class WaitCalibrator:
             if found_q is not None:
                 lows.append(now_s + wait * found_q[0])
                 highs.append(now_s + max(wait, self.config.floor_s) * found_q[1])
-        ranged = bool(lows)
+        if not lows:
+            return replace(
+                found,
+                start_s=stated,
+                end_s=found.end_s + shift,
+                start_low_s=None,
+                start_high_s=None,
+            )
+        low_scale, high_scale = self.range_scale
         return replace(
             found,
             start_s=stated,
             end_s=found.end_s + shift,
-            start_low_s=min(*lows, stated) if ranged else None,
-            start_high_s=max(*highs, stated) if ranged else None,
+            start_low_s=max(stated - low_scale * (stated - min(*lows, stated)), now_s),
+            start_high_s=stated + high_scale * (max(*highs, stated) - stated),
         )
 
     def tell(
@@ -348,14 +395,22 @@ class WaitCalibrator:
             job = pending.get(key)
             if job is not None and key in self._jobs:
                 self.projected(key, job.queue, now_s, found.start_s)
+            stated = self._ranges.get(key)
+            high = None if stated is None else stated[1]
+            if job is not None and stated is not None and high is not None and now_s > high:
+                self._judge(1, miss=True)  # it can no longer start within its range
+                stated[1] = None
         out: dict[str, Projection] = {}
         for key in keys:
             seen, job = projection.get(key), pending.get(key)
             if seen is None or job is None:
                 continue
-            out[key] = self.state(job.queue, seen, now_s)
+            told = out[key] = self.state(job.queue, seen, now_s)
             if key not in self._jobs:  # a followed one recorded this start above
                 self.projected(key, job.queue, now_s, seen.start_s)
+                low, high = told.start_low_s, told.start_high_s
+                if low is not None and high is not None and key not in self._ranges:
+                    self._ranges[key] = [low, high]
         return out
 
     def calibrate(self, queue: str, projected_wait_s: float, now_s: float | None = None) -> float:
