@@ -151,6 +151,15 @@ def test_positions_are_one_to_n_and_no_eta_is_past_while_the_queue_moves(hub: Hu
         assert len(seen_waiting) >= 20  # the queue moved: most jobs were seen waiting, ranked
         print(f"listings: {settled} settled, {unsettled} during writes ({torn} of them torn)")
         print(f"waiting statuses read with: {dict(shown)}")
+        # the ranges' adaptive factors and their judgements, on the operator's /metrics
+        code, text = get(f"http://127.0.0.1:{hub.settings['metrics_port']}/metrics")
+        assert code == 200, text
+        for side in ("low", "high"):
+            found = re.search(rf'^cpn_eta_range_factor{{side="{side}"}} (\S+)$', text, re.M)
+            assert found and float(found.group(1)) > 0, f"no {side} factor in /metrics"
+        judged = re.findall(r'^cpn_eta_range_judged_total{.*side="low".*} (\S+)$', text, re.M)
+        if shown["estimatedStartRange"]:  # ranges were stated, and jobs started after
+            assert sum(float(v) for v in judged) >= 1, text
 
 
 def test_a_namespace_user_reads_the_explanation_of_a_waiting_job(hub: Hub, tmp_path: Path) -> None:

@@ -259,3 +259,38 @@ def test_gpus_per_domain_are_counted_per_cluster_and_domain() -> None:
         replace(snap, clusters=(cluster("east", (plain,)),)), plan_cycle(snap), 0.1, ended_s=2.0
     )
     assert not [k for k in samples(metrics) if k[0].startswith("cpn_domain_gpus")]
+
+
+def test_the_eta_ranges_factors_and_judgements_are_exported_per_side():
+    """The adaptive factors are set as they stand; the judgement counters count each
+    judgement once per side and result, however often the totals are reported."""
+    from cpn.core.eta import Projection
+    from cpn.core.eta_calibration import CalibrationConfig, WaitCalibrator
+
+    metrics = OperatorMetrics()
+    calibrator = WaitCalibrator(CalibrationConfig(min_samples=10**6))
+    pending = {k: job(k) for k in ("a", "b")}
+
+    def ranged(start: float) -> Projection:
+        return Projection(
+            start_s=start,
+            end_s=start + 10,
+            cluster="c",
+            gpu_type="g",
+            start_low_s=start - 50,
+            start_high_s=start + 50,
+        )
+
+    calibrator.tell({"a": ranged(100.0), "b": ranged(100.0)}, pending, 0.0, ["a", "b"])
+    calibrator.started("a", 120.0)  # within: a hit on each side
+    calibrator.started("b", 400.0)  # late: low side hit, high side miss
+    for _ in range(2):  # reported twice: counted once
+        metrics.eta_ranges(calibrator.range_scale, calibrator.judged, calibrator.misses)
+    got = samples(metrics)
+    assert got[("cpn_eta_range_judged_total", (("result", "hit"), ("side", "low")))] == 2
+    assert got[("cpn_eta_range_judged_total", (("result", "hit"), ("side", "high")))] == 1
+    assert got[("cpn_eta_range_judged_total", (("result", "miss"), ("side", "high")))] == 1
+    assert got[("cpn_eta_range_factor", (("side", "low"),))] < 1.0  # two hits: narrower
+    assert got[("cpn_eta_range_factor", (("side", "high"),))] == pytest.approx(
+        calibrator.range_scale[1]
+    )

@@ -244,7 +244,11 @@ class Loop:
         self._eta_wall_s = self.state.clock.monotonic() - started
         records = self.state.store.pending()
         jobs = {r.key: r.job for r in records if r.job is not None}
-        told = self.state.calibrator.tell(projection, jobs, snapshot.now_s, jobs)
+        calibrator = self.state.calibrator
+        told = calibrator.tell(projection, jobs, snapshot.now_s, jobs)
+        self.state.observer.metrics.eta_ranges(
+            calibrator.range_scale, calibrator.judged, calibrator.misses
+        )
         for record in records:
             found = told.get(record.key)
             if found is None:

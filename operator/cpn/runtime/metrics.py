@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +40,8 @@ CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 ERROR_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 DEFAULT_QUEUE = "default"
+#: the sides of an ETA's start range, in the order WaitCalibrator keeps them
+SIDES = ("low", "high")
 
 
 def _queue(name: str) -> str:
@@ -202,6 +204,24 @@ class OperatorMetrics:
             ["group", "user", "gpu_type"],
             registry=r,
         )
+        self.eta_range_factor = Gauge(
+            "cpn_eta_range_factor",
+            "The ETA range's adaptive factor per side (low, high): each side's distance from "
+            "the stated start is this times what the runtimes and past waits give "
+            "(core/eta_calibration.py); as of the last ETA refresh",
+            ["side"],
+            registry=r,
+        )
+        self.eta_range_judged = Counter(
+            "cpn_eta_range_judged",
+            "Sides of stated ETA ranges judged since the operator started, per side and result: "
+            "a miss when the job started, or still waits, outside that side (the factors aim "
+            "at one miss in five per side: 60% of starts within the range); as of the last ETA "
+            "refresh",
+            ["side", "result"],
+            registry=r,
+        )
+        self._judged_seen = {(side, result): 0 for side in SIDES for result in ("hit", "miss")}
         self._labels: dict[int, set[tuple[str, ...]]] = defaultdict(set)
 
     # -- per cycle -----------------------------------------------------------------------------
@@ -284,6 +304,19 @@ class OperatorMetrics:
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
         self._labels[name] = set(values)
+
+    def eta_ranges(
+        self, scale: Sequence[float], judged: Sequence[int], misses: Sequence[int]
+    ) -> None:
+        """The ETA range's adaptive factors and judgement totals per side (low, high)."""
+        for index, side in enumerate(SIDES):
+            self.eta_range_factor.labels(side).set(scale[index])
+            totals = {"hit": judged[index] - misses[index], "miss": misses[index]}
+            for result, total in totals.items():
+                seen = self._judged_seen[(side, result)]
+                if total > seen:
+                    self.eta_range_judged.labels(side, result).inc(total - seen)
+                    self._judged_seen[(side, result)] = total
 
     # -- per job -------------------------------------------------------------------------------
     def dispatched(self, cluster: str, submit_s: float, created_s: float) -> None:
