@@ -55,6 +55,7 @@ event loop only).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -192,7 +193,7 @@ class WaitCalibrator:
         self.misses[side] += miss
         tail = RANGE_LOW_Q if side == 0 else 1.0 - RANGE_HIGH_Q
         step = self.config.adapt_step * ((1.0 if miss else 0.0) - tail)
-        self.range_scale[side] = min(max(self.range_scale[side] * float(np.exp(step)), 1e-3), 1e3)
+        self.range_scale[side] = min(max(self.range_scale[side] * math.exp(step), 1e-3), 1e3)
 
     def forget(self, key: str) -> None:
         """Job ``key`` left without starting (deleted): it no longer counts."""
@@ -359,21 +360,17 @@ class WaitCalibrator:
             if found_q is not None:
                 lows.append(now_s + wait * found_q[0])
                 highs.append(now_s + max(wait, self.config.floor_s) * found_q[1])
-        if not lows:
-            return replace(
-                found,
-                start_s=stated,
-                end_s=found.end_s + shift,
-                start_low_s=None,
-                start_high_s=None,
-            )
-        low_scale, high_scale = self.range_scale
+        start_low = start_high = None
+        if lows:  # each side's distance from the stated start, scaled by its factor
+            low_scale, high_scale = self.range_scale
+            start_low = max(stated - low_scale * (stated - min(*lows, stated)), now_s)
+            start_high = stated + high_scale * (max(*highs, stated) - stated)
         return replace(
             found,
             start_s=stated,
             end_s=found.end_s + shift,
-            start_low_s=max(stated - low_scale * (stated - min(*lows, stated)), now_s),
-            start_high_s=stated + high_scale * (max(*highs, stated) - stated),
+            start_low_s=start_low,
+            start_high_s=start_high,
         )
 
     def tell(
@@ -396,8 +393,7 @@ class WaitCalibrator:
             if job is not None and key in self._jobs:
                 self.projected(key, job.queue, now_s, found.start_s)
             stated = self._ranges.get(key)
-            high = None if stated is None else stated[1]
-            if job is not None and stated is not None and high is not None and now_s > high:
+            if job is not None and stated and stated[1] is not None and now_s > stated[1]:
                 self._judge(1, miss=True)  # it can no longer start within its range
                 stated[1] = None
         out: dict[str, Projection] = {}
