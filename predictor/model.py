@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor import calibration_cache
 from predictor.benchmarks import BenchmarkTable, precision_class
 from predictor.catalog import GpuSpec, UnknownName, effective_tflops
 from predictor.features import FEATURES, feature_row
@@ -56,6 +57,12 @@ log = logging.getLogger("predictor")
 FAMILIES = ("rf", "hgb", "xgb", "scaling")
 #: relative half-width floor of every uncertainty band (measurement noise)
 MIN_BAND = 0.10
+#: the residual's weights the inner cross-validation chooses from (``_calibrate``)
+RESIDUAL_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: trees of each inner forest, and how many forests of different seeds score each weight
+INNER_TREES = 24
+INNER_REPEATS = 3
+INNER_SEED_STEP = 7919  # seed, seed + step, ...: draws unrelated to the served forest's
 _Z90 = 1.2816
 
 
@@ -345,37 +352,59 @@ class ThroughputModel:
         For "anchor" predictions: leave one GPU type out of *these* measurements (at
         least 3 types needed); for "roofline": leave one model out (at least 3 models).
         Each candidate weight in {0, 1/4, 1/2, 3/4, 1} of the residual is scored by the
-        median absolute percentage error on the held-out rows; the best wins. Without
-        enough diversity to validate, the residual is not applied (weight 0): the
-        scaling prior alone is the safer bet.
+        median absolute percentage error on the held-out rows, averaged over
+        ``INNER_REPEATS`` inner forests of different seeds (repeated cross-validation: one
+        small forest's draw of features flipped the choice, docs/predictor.md); the best
+        wins. Without enough diversity to validate, the residual is not applied (weight
+        0): the scaling prior alone is the safer bet. The answer is kept
+        (:mod:`predictor.calibration_cache`): a second fit on the same inputs skips it.
         """
+        table = self.table
+        key = calibration_cache.key_of(
+            "calibrate",
+            self.family,
+            self.seed,
+            INNER_TREES,
+            INNER_REPEATS,
+            self.measurements,
+            # what the table holds, not its derived indexes (sets: their order varies)
+            None if table is None else (table.rows, table.extra_models, table.extra_gpus),
+        )
+        return calibration_cache.kept(key, self._cross_validate)
+
+    def _cross_validate(self) -> dict[str, float]:
+        """The inner cross-validation itself (:meth:`_calibrate`)."""
         result = {"anchor": 0.0, "roofline": 0.0}
         for kind, key in (("anchor", "gpu_type"), ("roofline", "model")):
             groups = sorted({getattr(m, key) for m in self.measurements})
             if len(groups) < 3:
                 continue
-            log_err: list[np.ndarray] = []
-            resid: list[np.ndarray] = []
-            for group in groups:
-                train = [m for m in self.measurements if getattr(m, key) != group]
-                test = [m for m in self.measurements if getattr(m, key) == group]
-                inner = ThroughputModel(self.family, n_estimators=24, seed=self.seed)
-                inner.fit(train, table=self.table, calibrate=False, shrink={kind: 1.0})
-                parts = inner._parts([query_of(m) for m in test])
-                mask = np.asarray([k == kind for k in parts.kinds])
-                if not mask.any():
+            scores = dict.fromkeys(RESIDUAL_WEIGHTS, 0.0)
+            scored = False
+            for repeat in range(INNER_REPEATS):
+                seed = self.seed + INNER_SEED_STEP * repeat
+                log_err: list[np.ndarray] = []
+                resid: list[np.ndarray] = []
+                for group in groups:
+                    train = [m for m in self.measurements if getattr(m, key) != group]
+                    test = [m for m in self.measurements if getattr(m, key) == group]
+                    inner = ThroughputModel(self.family, n_estimators=INNER_TREES, seed=seed)
+                    inner.fit(train, table=self.table, calibrate=False, shrink={kind: 1.0})
+                    parts = inner._parts([query_of(m) for m in test])
+                    mask = np.asarray([k == kind for k in parts.kinds])
+                    if not mask.any():
+                        continue
+                    actual = np.log(np.asarray([m.samples_per_s for m in test]))[mask]
+                    log_err.append(actual - parts.log_prior[mask])
+                    resid.append(parts.mid[mask])
+                if not log_err:
                     continue
-                actual = np.log(np.asarray([m.samples_per_s for m in test]))[mask]
-                log_err.append(actual - parts.log_prior[mask])
-                resid.append(parts.mid[mask])
-            if not log_err:
-                continue
-            err, res = np.concatenate(log_err), np.concatenate(resid)
-            scores = {
-                lam: float(np.median(np.abs(np.expm1(lam * res - err))))
-                for lam in (0.0, 0.25, 0.5, 0.75, 1.0)
-            }
-            result[kind] = min(scores, key=lambda lam: (scores[lam], lam))
+                scored = True
+                err, res = np.concatenate(log_err), np.concatenate(resid)
+                for lam in scores:
+                    scores[lam] += float(np.median(np.abs(np.expm1(lam * res - err))))
+            if scored:
+                result[kind] = min(scores, key=lambda lam: (scores[lam], lam))
         return result
 
     # -- serving
