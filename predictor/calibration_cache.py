@@ -5,10 +5,11 @@ trust) fits dozens of small forests: most of the CPU a fit takes (about 30 s on 
 tables). Its answer is two numbers and depends only on what it is given, so it is kept:
 in this process, and on disk under the user's cache directory (``CPN_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/cpn``, else ``~/.cache/cpn``), keyed by a hash of everything it reads
-(the measurements, the table, the family, seed and sizes, scikit-learn's version and the
-predictor's own source and data files). A directory that cannot be written (a read-only
-container) only means it is computed again next time. Deterministic: the forests are
-seeded and single-threaded, so a kept answer is the one a new computation would give.
+(the measurements, the table, the family, seed and sizes, the versions of Python, NumPy
+and scikit-learn, and the predictor's own source and data files). A directory that
+cannot be written (a read-only container) only means it is computed again next time.
+Deterministic: the forests are seeded and single-threaded, so a kept answer is the one a
+new computation would give.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import json
 import logging
 import os
 import pickle
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sklearn
 
 log = logging.getLogger("predictor")
@@ -54,7 +57,8 @@ def cache_dir() -> Path:
 def key_of(*parts: Any) -> str | None:
     """The cache key of these inputs, or None when they cannot be hashed (then not kept)."""
     try:
-        blob = pickle.dumps((sklearn.__version__, _source_digest(), parts), protocol=5)
+        versions = (sys.version_info[:2], np.__version__, sklearn.__version__)
+        blob = pickle.dumps((versions, _source_digest(), parts), protocol=5)
     except (pickle.PicklingError, TypeError, AttributeError):  # not picklable: not kept
         return None
     return hashlib.sha256(blob).hexdigest()
