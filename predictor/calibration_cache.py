@@ -76,7 +76,7 @@ def kept(key: str | None, compute: Callable[[], dict[str, float]]) -> dict[str, 
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
         found = {str(k): float(v) for k, v in loaded.items()}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError):  # missing or not ours: compute
         found = None
     if found is None:
         found = compute()

@@ -379,15 +379,20 @@ class ThroughputModel:
             groups = sorted({getattr(m, key) for m in self.measurements})
             if len(groups) < 3:
                 continue
+            splits = [
+                (
+                    [m for m in self.measurements if getattr(m, key) != group],
+                    [m for m in self.measurements if getattr(m, key) == group],
+                )
+                for group in groups
+            ]
             scores = dict.fromkeys(RESIDUAL_WEIGHTS, 0.0)
             scored = False
             for repeat in range(INNER_REPEATS):
                 seed = self.seed + INNER_SEED_STEP * repeat
                 log_err: list[np.ndarray] = []
                 resid: list[np.ndarray] = []
-                for group in groups:
-                    train = [m for m in self.measurements if getattr(m, key) != group]
-                    test = [m for m in self.measurements if getattr(m, key) == group]
+                for train, test in splits:
                     inner = ThroughputModel(self.family, n_estimators=INNER_TREES, seed=seed)
                     inner.fit(train, table=self.table, calibrate=False, shrink={kind: 1.0})
                     parts = inner._parts([query_of(m) for m in test])

@@ -57,13 +57,14 @@ def test_the_kept_answer_is_the_computed_one(counted, monkeypatch, tmp_path):
 def test_a_broken_or_unwritable_cache_only_costs_time(counted, monkeypatch, tmp_path):
     rows = _spec_proportional_rows()
     expected = ThroughputModel("rf").fit(rows).shrink
-    for path in (tmp_path / "cache").glob("calibration-*.json"):
-        path.write_text("{not json", encoding="utf-8")
-    calibration_cache._memo.clear()
-    assert ThroughputModel("rf").fit(rows).shrink == expected
+    for broken in ("{not json", '["a list"]', '{"anchor": [1]}'):
+        for path in (tmp_path / "cache").glob("calibration-*.json"):
+            path.write_text(broken, encoding="utf-8")
+        calibration_cache._memo.clear()
+        assert ThroughputModel("rf").fit(rows).shrink == expected
     blocker = tmp_path / "a-file"
     blocker.write_text("", encoding="utf-8")
     monkeypatch.setenv("CPN_CACHE_DIR", str(blocker / "cache"))  # cannot be made
     calibration_cache._memo.clear()
     assert ThroughputModel("rf").fit(rows).shrink == expected
-    assert len(counted) == 3
+    assert len(counted) == 5
