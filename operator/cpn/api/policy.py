@@ -147,6 +147,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "protect_waited_share": number(0.0, 1.0, above=True, nullable=True),
     "around_reservations": boolean,
     "no_bigger_victims": boolean,
+    "claim": boolean,
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

@@ -14,7 +14,7 @@ until that job's (predicted) end.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cpn.core.alone import runs_alone
@@ -202,6 +202,12 @@ class Capacity:
         self._dirty: list[Slot] = []  # slots a start or a release changed
         self._events: dict[GroupKey, list[Event]] = {}  # (_group_events)
         self._counts: dict[GroupKey, dict[CountKey, tuple[dict[str, int], int]]] = {}
+        # Under preemption.claim (set by the cycle): the running jobs a reservation may stop
+        # when it starts, as GPUs and start; this cycle's starts of such jobs, per node, as
+        # (release, GPUs); and which pending jobs are such. See earliest_fit(claim_since).
+        self.claimable: dict[str, tuple[float, float]] = {}
+        self.claim_taken: dict[str, list[tuple[Release, float]]] = {}
+        self.claim_pending: Callable[[Job], bool] | None = None
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Capacity:
@@ -447,6 +453,10 @@ class Capacity:
                     slot.taken = []
                 slot.taken.append((until_s, need, job.cpu, job.memory_gib))
                 slot.sorted_releases = None
+                if self.claim_pending is not None and self.claim_pending(job):
+                    self.claim_taken.setdefault(name, []).append(
+                        ((until_s, need, job.cpu, job.memory_gib), job.gpus)
+                    )
 
     def release(self, cluster: str, nodes: Sequence[str], job: Job) -> None:
         """Give back what a preempted job held."""
@@ -472,6 +482,32 @@ class Capacity:
                 slot.free_cpu += job.cpu
                 slot.free_memory_gib += job.memory_gib
 
+    def _claim_events(
+        self, holder: Job, since: float, slots: list[Slot], now_s: float
+    ) -> list[Event]:
+        """The releases of ``slots`` in order, those of jobs ``holder`` may stop now."""
+        events: list[Event] = []
+        for slot in slots:
+            for item in slot.running:
+                end = now_s if self.claims(holder, since, item.job.key) else self.end(item)
+                job = item.job
+                events.append((end, slot.name, worker_gpus(job), job.cpu, job.memory_gib))
+            mine = [r for r, g in self.claim_taken.get(slot.name, ()) if g <= holder.gpus]
+            for r in slot.taken or ():
+                if r in mine:  # started this cycle, claimable: may be stopped too
+                    mine.remove(r)
+                    events.append((now_s, slot.name, *r[1:]))
+                else:
+                    events.append((r[0], slot.name, *r[1:]))
+        events.sort()
+        return events
+
+    def claims(self, holder: Job, since: float, key: str) -> bool:
+        """True if a reservation of ``holder``, which may reserve since ``since``, may stop
+        running job ``key`` when it starts: claimable, no wider, started since then."""
+        found = self.claimable.get(key)
+        return found is not None and found[0] <= holder.gpus and found[1] >= since - 1e-6
+
     def earliest_fit(
         self,
         job: Job,
@@ -480,13 +516,16 @@ class Capacity:
         *,
         from_empty: bool = False,
         exclude: frozenset[str] = frozenset(),
+        claim_since: float | None = None,
     ) -> tuple[float, tuple[str, ...]] | None:
         """Earliest instant ``job`` fits in the group as running jobs end, and where.
 
         With ``from_empty`` the capacity free now is treated as taken by others
         (what a job that loses this cycle's contention can expect). A job that must run
         alone waits for a node whose jobs have all ended; others do not use a node held
-        alone before the end of the job holding it.
+        alone before the end of the job holding it. With ``claim_since`` (a reservation's
+        search under ``preemption.claim``) the jobs :meth:`claims` says it may stop free
+        their room now.
         """
         slots = [s for s in self.groups.get(key, ()) if s.usable and s.name not in exclude]
         if from_empty:
@@ -494,7 +533,13 @@ class Capacity:
         else:
             free = {s.name: [s.free_gpus, s.free_cpu, s.free_memory_gib] for s in slots}
         alone = self.alone(job)
-        if key not in self._alone_groups:  # no node held alone: the group's releases, in order
+        if (
+            claim_since is not None
+            and (self.claimable or self.claim_taken)
+            and key not in self._alone_groups
+        ):
+            events = self._claim_events(job, claim_since, slots, now_s)
+        elif key not in self._alone_groups:  # no node held alone: the group's releases, in order
             events = self._group_events(key)
             if exclude:
                 events = [e for e in events if e[1] not in exclude]

@@ -55,7 +55,7 @@ from cpn.core.model import (
 )
 from cpn.core.placement import Candidate, Choice, solve_window
 from cpn.core.policy import QueuePolicy
-from cpn.core.preemption import choose_preemptions
+from cpn.core.preemption import choose_preemptions, claim_preemptions, requeued
 from cpn.core.queue import (
     STRICT_ORDERINGS,
     Ranked,
@@ -114,6 +114,13 @@ class _Cycle:
         # collector frees (several dead cycles' holds and candidates alive at once).
         cands_of = partial(_candidates_memo, self.cands, self.capacity, snapshot)
         self.reservations = Reservations(snapshot, self.capacity, self.quota, cands_of)
+        if self.reservations.claim:  # preemption.claim: what reservations may stop
+            self.capacity.claimable = {
+                r.job.key: (r.job.gpus, r.start_s)
+                for r in snapshot.running
+                if self.reservations.claimable(requeued(r, snapshot.now_s))
+            }
+            self.capacity.claim_pending = self.reservations.claimable
 
     # -- 1. eligibility ---------------------------------------------------------------
     def _eligible(self) -> list[Job]:
@@ -331,6 +338,14 @@ class _Cycle:
                 quota=self.quota,
                 reservations=self.reservations,
             )
+            if self.reservations.claim:
+                preemptions += claim_preemptions(
+                    self.snapshot,
+                    started={s.job_key for s in self.starts},
+                    stopped={p.job_key for p in preemptions},
+                    capacity=self.capacity,
+                    reservations=self.reservations,
+                )
         holds = tuple(
             sorted(
                 map(self.reservations.final, self.holds),

@@ -246,6 +246,13 @@ class Preemption:
     needs a hole bigger than the one it was stopped for, which jobs of the waiting job's
     size keep filling (the overdue head, above, is not bound by it). Both are on by default
     since 5 Dec 2026 (docs/policy.md has the figures); the ``las`` preset turns them off.
+
+    With ``claim`` (opt-in) a reservation does not wait for checkpointing jobs that started
+    on its room since its holder could reserve, are no wider than the holder and would not
+    reserve once requeued: it counts their room free from now and stops them when it
+    starts; and such a job may start on reserved room whatever its end if the reservation
+    starts at least one checkpoint interval later (a checkpoint kept). Room a reservation
+    holds idle is used, and given back when due, at the price of a preemption.
     """
 
     enabled: bool = True
@@ -258,6 +265,7 @@ class Preemption:
     protect_waited_share: float | None = None
     around_reservations: bool = True
     no_bigger_victims: bool = True
+    claim: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

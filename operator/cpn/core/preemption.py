@@ -10,7 +10,9 @@ above its victim by more than this cost (:func:`choose_preemptions`),
 and the simulator charges exactly this, so both agree on what a preemption wastes.
 With ``preemption.for_overdue`` the head of the overdue queue, once its wait budget is
 spent, stops checkpointing jobs in the group it reserved whatever their ranks
-(:func:`_overdue_head`, :func:`_cheapest_nodes_first`).
+(:func:`_overdue_head`, :func:`_cheapest_nodes_first`). With ``claim`` a reservation
+due now stops the checkpointing jobs that took its room since its holder could reserve
+(:func:`claim_preemptions`; :class:`cpn.core.policy.Preemption`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from dataclasses import replace
 from cpn.core import reasons
 from cpn.core.capacity import Capacity, GroupKey
 from cpn.core.fifodue import resumed_due_s
-from cpn.core.model import Preempt, Running, Snapshot
+from cpn.core.model import Job, Preempt, Running, Snapshot
 from cpn.core.policy import Preemption
 from cpn.core.queue import Ranked, effective_priority, order_jobs, runtime_for_order
 from cpn.core.quota import QuotaLedger
-from cpn.core.reservations import Reservations
+from cpn.core.reservations import Reservations, held_nodes
 
 
 def saved_s(elapsed_s: float, interval_s: float) -> float:
@@ -49,6 +51,17 @@ def preemption_cost_gpu_s(item: Running, now_s: float, policy: Preemption) -> fl
     elapsed = max(0.0, now_s - item.start_s)
     lost = elapsed - saved_s(elapsed, interval_of(item, policy))
     return item.job.gpus * (lost + policy.restart_cost_s)
+
+
+def requeued(item: Running, now_s: float) -> Job:
+    """``item``'s job as it would wait if stopped at ``now_s``: its attempt counted as
+    attained service and its FIFO due time moved by it."""
+    ran = now_s - item.start_s
+    return replace(
+        item.job,
+        attained_gpu_s=item.job.attained_gpu_s + item.job.gpus * ran,
+        fifo_due_s=resumed_due_s(item.job.fifo_due_s, ran),
+    )
 
 
 def choose_preemptions(
@@ -99,9 +112,9 @@ def choose_preemptions(
     # straight back: never preempted. The overdue head may stop one that would reserve
     # for its size or its wait, never one that would drain: draining jobs reserve first,
     # in due order, so the room it frees stays with the head.
-    requeued = {
-        r.job.key: replace(served, fifo_due_s=resumed_due_s(served.fifo_due_s, now - r.start_s))
-        for r, served in zip(snapshot.running, running_jobs, strict=True)
+    stoppable = {
+        r.job.key: requeued(r, now)
+        for r in snapshot.running
         if r.job.checkpoint and now - r.start_s >= rules.min_run_s
     }
     # A victim that waited ``protect_waited_share`` of FIFO's longest wait would likely
@@ -111,11 +124,11 @@ def choose_preemptions(
     for_wait = not rules.around_reservations
     movable = {
         key
-        for key, job in requeued.items()
+        for key, job in stoppable.items()
         if not reservations.reserves(job, for_wait=for_wait)
         and (protect is None or reservations.waited(job) < protect * reservations.fifo_limit_s)
     }
-    movable_for_head = {key for key, job in requeued.items() if not reservations.draining(job)}
+    movable_for_head = {key for key, job in stoppable.items() if not reservations.draining(job)}
 
     def where(running: Running) -> GroupKey:  # its group: cluster, GPU type, domain
         return capacity.key_of(running.cluster, running.gpu_type, running.nodes)
@@ -264,3 +277,73 @@ def _taken_from_above(
         if cand is not None and capacity.fit(item.job, key, reservations.excluded(item.job, cand)):
             return True
     return False
+
+
+def claim_preemptions(
+    snapshot: Snapshot,
+    *,
+    started: Collection[str],
+    stopped: Collection[str],
+    capacity: Capacity,
+    reservations: Reservations,
+) -> tuple[Preempt, ...]:
+    """Under ``preemption.claim``: for each reservation due now whose holder does not fit,
+    stop the jobs it may claim on its room (:meth:`Capacity.claims`: checkpointing, no
+    wider than the holder, started since it began reserving; the cheapest to stop first),
+    as many as it needs, unless with them (and every victim of the cycle's claims before)
+    back in the queue this holder or an earlier one would no longer keep its room
+    (:meth:`Reservations.keeps_room`): the room would go straight back to them in the next
+    cycle, to be claimed again (a loop). ``stopped``:
+    jobs already preempted this cycle."""
+    now = snapshot.now_s
+    rules = snapshot.policy.preemption
+    out: list[Preempt] = []
+    gone = set(stopped)
+    # Every job this cycle stops, as it will wait (their FIFO budgets move the limits).
+    requeued_all = [requeued(r, now) for r in snapshot.running if r.job.key in gone]
+    claimers: list[Job] = []
+    for res in sorted(reservations.held, key=lambda r: (r.start_s, r.job_key)):
+        if res.job_key in started or res.start_s > now + 1e-6:
+            continue
+        others = held_nodes([r for r in reservations.held if r is not res and r.key == res.key])
+        if capacity.fit(res.job, res.key, others) is not None:
+            continue
+        since = reservations.claim_since(res.job)
+        pool = sorted(
+            (
+                r
+                for r in snapshot.running
+                if since is not None
+                and r.job.key not in gone
+                and capacity.claims(res.job, since, r.job.key)
+                and res.nodes.intersection(r.nodes)
+                and capacity.key_of(r.cluster, r.gpu_type, r.nodes) == res.key
+            ),
+            key=lambda r: (preemption_cost_gpu_s(r, now, rules), r.job.key),
+        )
+        chosen: list[Running] = []
+        nodes = None
+        for victim in pool:
+            capacity.release(victim.cluster, victim.nodes, victim.job)
+            chosen.append(victim)
+            nodes = capacity.fit(res.job, res.key, others)
+            if nodes is not None:
+                break
+        if nodes is not None:
+            back = [*requeued_all, *(requeued(v, now) for v in chosen)]
+            then = reservations.with_pending(snapshot, back)
+            if all(then.keeps_room(holder) for holder in (*claimers, res.job)):
+                requeued_all, claimers = back, [*claimers, res.job]
+            else:
+                nodes = None
+        if nodes is None:
+            for victim in chosen:
+                key = capacity.key_of(victim.cluster, victim.gpu_type, victim.nodes)
+                capacity.take(victim.job, key, victim.nodes)
+            continue
+        capacity.take(res.job, res.key, nodes)
+        for victim in chosen:
+            gone.add(victim.job.key)
+            reason = reasons.preempted_for(res.job_key)
+            out.append(Preempt(job_key=victim.job.key, for_key=res.job_key, reason=reason))
+    return tuple(out)

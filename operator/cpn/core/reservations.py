@@ -8,7 +8,10 @@ pending jobs) may reserve the earliest instant and place it fits as running jobs
 cycle keep clear of reserved nodes unless they end before the reservation starts
 (backfill, :meth:`Reservations.excluded`), or take what reserved nodes can spare while
 every reservation they touch keeps its start, there or moved to other room (backfill by
-resource, :meth:`Reservations.fit_beside`).
+resource, :meth:`Reservations.fit_beside`). Under ``preemption.claim`` a job that
+checkpoints may also start on reserved room it would still hold at the reservation's
+start, and the reservation counts the room of such jobs free from now: it stops them
+when it starts (:meth:`Reservations.claim_since`, :func:`cpn.core.preemption.claim_preemptions`).
 
 One :class:`Reservations` lives for one cycle of :mod:`cpn.core.cycle`, which shares its
 capacity and quota ledgers with it.
@@ -71,6 +74,7 @@ class Reservations:
         self.dropped = 0  # reservations dropped as starts put their holders over quota
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
+        self.claim = self.policy.preemption.enabled and self.policy.preemption.claim
 
     def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
@@ -87,11 +91,24 @@ class Reservations:
         end = self.now + cand.transfer_s + max(cand.runtime_s, high)
         strict = self.policy.ordering in STRICT_ORDERINGS
         mine = self.position.get(job.key, 0)
+        # Under ``preemption.claim`` a job that may be stopped when the reservation starts
+        # backfills whatever its end, if it keeps at least one checkpoint by then.
+        claim = self.claimable(job)
+        interval = job.checkpoint_interval_s or self.policy.preemption.checkpoint_interval_s
         out = []
         for res in here:
             if res.job_key == job.key or (strict and mine < self.position.get(res.job_key, 0)):
                 continue
-            if end > res.start_s or not self.policy.reservation.backfill:
+            backfill = self.policy.reservation.backfill
+            if (
+                backfill
+                and claim
+                and job.gpus <= res.job.gpus
+                and res.start_s - self.now >= interval
+                and self.claim_since(res.job) is not None
+            ):
+                continue
+            if end > res.start_s or not backfill:
                 out.append(res)
         return out
 
@@ -128,7 +145,9 @@ class Reservations:
                 nodes = self.capacity.fit(job, key, exclude)
                 found = None if nodes is None else (self.now, nodes)
             else:
-                found = self.capacity.earliest_fit(job, key, self.now, exclude=exclude)
+                found = self.capacity.earliest_fit(
+                    job, key, self.now, exclude=exclude, claim_since=self.claim_since(job)
+                )
             if found is not None and found[0] <= res.start_s + 1e-9:
                 if index == 0:
                     return res
@@ -239,7 +258,9 @@ class Reservations:
         best: tuple[bool, float, bool, str, str, Reserved] | None = None
         for cand in cands:
             taken = frozenset().union(*(r.nodes for r in self.held if r.key == cand.key))
-            found = self.capacity.earliest_fit(job, cand.key, self.now, exclude=taken)
+            found = self.capacity.earliest_fit(
+                job, cand.key, self.now, exclude=taken, claim_since=self.claim_since(job)
+            )
             if found is None:
                 continue
             when, nodes = found
@@ -314,9 +335,7 @@ class Reservations:
                 continue
             # A job that fits at the start of the cycle may still lose the room to
             # higher-ranked jobs in the walk; a claiming job reserves it anyway.
-            claims = self.draining(job) or (
-                res_policy.claim_big and job.gpus >= res_policy.min_gpus
-            )
+            claims = self.keeps_room(job)
             if not claims and any(self.capacity.fit(job, c.key) is not None for c in job_cands):
                 continue
             self.reserve(job, job_cands)
@@ -331,6 +350,58 @@ class Reservations:
             if cands and all(self.capacity.fit(item.job, c.key) is None for c in cands):
                 heads[item.level] = item.job.key
         return set(heads.values())
+
+    def keeps_room(self, job: Job) -> bool:
+        """True if ``job``, blocked, holds its reservation even where it fits at the start
+        of the cycle (it drains, or it is big under ``claim_big``): no job ranked above it
+        takes that room in the walk."""
+        res_policy = self.policy.reservation
+        return self.draining(job) or (res_policy.claim_big and job.gpus >= res_policy.min_gpus)
+
+    def claim_since(self, job: Job) -> float | None:
+        """Under ``preemption.claim``, since when ``job`` may reserve (the earliest instant
+        one of the reasons it has now began: its size, its wait, its drain): a job that
+        started on its room since then took room held, or about to be held, for it, and
+        may be stopped for it. None without ``preemption.claim``, or for a job that does not
+        keep its room (:meth:`keeps_room`): room it freed would go to higher-ranked jobs in
+        the next cycle, the job just stopped first, to be claimed again (a loop)."""
+        if not self.claim or not self.keeps_room(job):
+            return None
+        res_policy = self.policy.reservation
+        base = job.submit_s + ran_s(job)
+        since = [self.now]
+        if job.gpus >= res_policy.min_gpus:
+            since.append(job.submit_s)
+        guard = self.wait_guard_s
+        if guard is not None and self.waited(job) >= guard:
+            since.append(base + guard)
+        if self.draining(job):
+            need = self._drain_wait_s(job)
+            if res_policy.drain_fifo and job.fifo_due_s is not None and need is not None:
+                since.append(base + need)
+            elif res_policy.drain_fifo and job.fifo_due_s is not None:
+                since.append(job.fifo_due_s)
+            elif res_policy.drain_after_s is not None:
+                since.append(base + res_policy.drain_after_s)
+        return min(since)
+
+    def with_pending(self, snapshot: Snapshot, extra: Sequence[Job]) -> Reservations:
+        """These reservations' rules read with ``extra`` pending too (the FIFO limits and
+        mean wait depend on who waits): what stopping jobs would change."""
+        alt = Reservations(
+            replace(snapshot, pending=(*self._pending, *extra)),
+            self.capacity,
+            self.quota,
+            self.cands_of,
+        )
+        alt.heads = self.heads
+        return alt
+
+    def claimable(self, job: Job) -> bool:
+        """True if a reservation may stop ``job`` (running, or pending and started now)
+        when the reservation starts (``preemption.claim``): it checkpoints and would not
+        reserve once requeued, so the holder keeps the room it frees."""
+        return self.claim and job.checkpoint and not self.reserves(job)
 
     def waited(self, job: Job) -> float:
         """Time ``job`` has spent waiting: since it was submitted, less what it ran before
