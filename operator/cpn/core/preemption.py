@@ -293,8 +293,8 @@ def claim_preemptions(
     as many as it needs, unless with them (and every victim of the cycle's claims before)
     back in the queue this holder or an earlier one would no longer keep its room
     (:meth:`Reservations.keeps_room`): the room would go straight back to them in the next
-    cycle, to be claimed again (a loop). ``stopped``:
-    jobs already preempted this cycle."""
+    cycle, to be claimed again (a loop). ``stopped``: jobs already preempted this cycle.
+    """
     now = snapshot.now_s
     rules = snapshot.policy.preemption
     out: list[Preempt] = []

@@ -75,6 +75,7 @@ class Reservations:
         self.position: dict[str, int] = {}
         self._beside_failed: dict[tuple[Shape, GroupKey], list[frozenset[str]]] = {}
         self.claim = self.policy.preemption.enabled and self.policy.preemption.claim
+        self._claim_since: dict[str, float | None] = {}  # (claim_since)
 
     def in_the_way(self, job: Job, cand: Candidate) -> list[Reserved]:
         """Reservations of ``cand``'s group that a start of ``job`` there could delay.
@@ -365,8 +366,13 @@ class Reservations:
         may be stopped for it. None without ``preemption.claim``, or for a job that does not
         keep its room (:meth:`keeps_room`): room it freed would go to higher-ranked jobs in
         the next cycle, the job just stopped first, to be claimed again (a loop)."""
-        if not self.claim or not self.keeps_room(job):
+        if not self.claim:
             return None
+        if job.key not in self._claim_since:  # fixed within the cycle: asked per candidate
+            self._claim_since[job.key] = self._since(job) if self.keeps_room(job) else None
+        return self._claim_since[job.key]
+
+    def _since(self, job: Job) -> float:
         res_policy = self.policy.reservation
         base = job.submit_s + ran_s(job)
         since = [self.now]
