@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.sim.compare import SUITES, TARGETS, markdown, over_seeds, suite, summarise, verdict
+from cpn.sim.compare import (
+    SUITES,
+    TARGETS,
+    jobs_of,
+    markdown,
+    over_seeds,
+    split,
+    suite,
+    summarise,
+    verdict,
+)
 
 
 def m(avg_jct_s, max_wait_s, finished=10, jobs=10, p99=None, pre=0, lost=0.0):
@@ -100,6 +110,25 @@ def test_windows_carry_no_model():
         assert len(jobs) > 900 and not any(j.model for j in jobs)
 
 
+def test_split_cuts_a_trace_into_consecutive_windows():
+    """``--split 3``: every job in exactly one part, in submit order, each part's clock
+    starting at its first job, the gaps between its jobs kept."""
+    from cpn.sim.trace import read_trace
+
+    trace = next(t for t in suite("windows") if t.name == "philly-sep")
+    whole = read_trace(trace.path)
+    parts = split(trace, 3)
+    assert [p.name for p in parts] == [f"philly-sep.{i}of3" for i in (1, 2, 3)]
+    cut = [jobs_of(p) for p in parts]
+    assert [j.job_id for part in cut for j in part] == [j.job_id for j in whole]
+    assert max(len(c) for c in cut) - min(len(c) for c in cut) <= 1
+    offset = len(cut[0])
+    for i, job in enumerate(cut[1]):
+        assert job.submit_s == whole[offset + i].submit_s - whole[offset].submit_s
+    assert cut[1][0].submit_s == 0.0 and cut[0] == whole[: len(cut[0])]
+    assert split(trace, 1) == [trace] and jobs_of(trace) == whole
+
+
 def test_over_seeds_takes_the_worst_seed():
     """Several seeds: the least recovered share and its median; a check passes only if it
     passes on every seed, and the table says on how many the wait held."""
@@ -137,3 +166,12 @@ def test_over_seeds_takes_the_worst_seed():
     row = next(line for line in text.splitlines() if line.startswith("| vc1 "))
     assert "| 0.02 / 0.01 / 0.02 |" in row  # default, hours: 66 s median JCT, p99 50 s, worst 55 s
     assert row.endswith("| 75% worst, 85% median | NO (held on 2 of 3 seeds) | yes |")
+
+
+def test_split_below_one_is_refused(capsys):
+    from cpn.sim.compare import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--suites", "windows", "--split", "0"])
+    assert exc.value.code == 2
+    assert "--split: at least 1, not 0" in capsys.readouterr().err

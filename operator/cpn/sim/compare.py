@@ -35,7 +35,10 @@ JCT and p99 wait, and the worst longest wait.
 
 ``cpn simulate philly [--suites gavel,gavel-unlabelled,windows] [--traces a,b]
 [--checkpointable 0,0.5,1] [--policies fifo,oracle,las,sjf,default] [--estimator E]
-[--seeds 0,1,2] [--jobs N] [--out DIR] [--json]``; exit status 0 when every check passes.
+[--seeds 0,1,2] [--split N] [--jobs N] [--out DIR] [--json]``; exit status 0 when every check
+passes. ``--split N`` cuts each trace into N consecutive parts of as many jobs, each run as a
+trace of its own from an empty cluster: more windows of the same trace, to check that a
+result holds beyond the windows it was measured on.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from cpn.sim.trace import TraceJob, read_trace
 
 DATA = Path(__file__).parent / "data"
 VCS = ("11cb48", "6214e9", "6c71a0", "b436b2", "ee9e8c")
@@ -71,6 +76,31 @@ class Trace:
     path: Path
     clusters: Path
     unlabelled: bool = False
+    part: int = 0  # with ``parts`` above 1: which of that many consecutive parts (split)
+    parts: int = 1
+
+
+def split(trace: Trace, parts: int) -> list[Trace]:
+    """``trace`` cut into ``parts`` consecutive parts of as many jobs each (by submit
+    time), each named ``NAME.iofN``: windows of the same trace, each starting on an
+    empty cluster (:func:`jobs_of`)."""
+    if parts <= 1:
+        return [trace]
+    return [
+        replace(trace, name=f"{trace.name}.{i + 1}of{parts}", part=i, parts=parts)
+        for i in range(parts)
+    ]
+
+
+def jobs_of(trace: Trace) -> tuple[TraceJob, ...]:
+    """The jobs of ``trace`` (of its part, submit times counted from the part's first)."""
+    jobs = read_trace(trace.path)
+    if trace.parts <= 1:
+        return jobs
+    n = len(jobs)
+    part = jobs[n * trace.part // trace.parts : n * (trace.part + 1) // trace.parts]
+    first = part[0].submit_s if part else 0.0
+    return tuple(replace(j, submit_s=j.submit_s - first) for j in part)
 
 
 def suite(name: str) -> list[Trace]:
@@ -204,11 +234,10 @@ def _run(unit: tuple[Trace, str, float, str, int, bool]) -> tuple[str, str, floa
     from cpn.sim import report
     from cpn.sim.clusters import read_clusters
     from cpn.sim.runner import simulate
-    from cpn.sim.trace import read_trace
 
     trace, policy, share, estimator, seed, keep = unit
     result = simulate(
-        read_trace(trace.path),
+        jobs_of(trace),
         read_clusters(trace.clusters),
         preset_policy(policy),
         name=policy,
@@ -240,6 +269,12 @@ def main(argv: Sequence[str]) -> int:
         default="",
         help="comma-separated seeds, checks taken on the worst (default: --seed alone)",
     )
+    p.add_argument(
+        "--split",
+        type=int,
+        default=1,
+        help="cut each trace into this many consecutive parts, each run as a trace of its own",
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations at once")
     p.add_argument("--out", help="directory for per-trace metrics, job CSVs and plots")
     p.add_argument("--json", action="store_true")
@@ -262,7 +297,10 @@ def main(argv: Sequence[str]) -> int:
     unknown = wanted - {t.name for t in traces}
     if unknown:
         p.error(f"--traces: unknown {sorted(unknown)}; known: {', '.join(t.name for t in traces)}")
-    traces = [t for t in traces if not wanted or t.name in wanted]
+    if args.split < 1:
+        p.error(f"--split: at least 1, not {args.split}")
+    chosen = [t for t in traces if not wanted or t.name in wanted]
+    traces = [part for t in chosen for part in split(t, args.split)]
     policies = list(dict.fromkeys(["fifo", "oracle", *args.policies.split(","), "default"]))
     policies = [x for x in policies if x]
     for name in policies:
