@@ -75,8 +75,11 @@ sim: venv ## simulate TRACE on CLUSTERS with POLICY (comma-separated); report in
 	$(PY) -m cpn simulate --trace $(TRACE) --clusters $(CLUSTERS) --policy $(POLICY) --report out/sim
 
 SEEDS ?= 0
-sim-philly: venv ## the README's tables: fifo, oracle, las, sjf, default on Gavel's traces (labelled and not) and the Philly windows at checkpointable 0, 0.5, 1 (SEEDS=0,1,2,3,4 as the windows table); reports in out/philly/
-	$(PY) -m cpn simulate philly --out out/philly --seeds $(SEEDS)
+sim-philly: venv ## the README's tables: fifo, oracle, las, sjf, default on Gavel's traces (labelled and not) and the Philly windows at checkpointable 0, 0.5, 1, then the windows' halves (SEEDS=0,1,2,3,4 as the windows tables); reports in out/philly/ and out/philly-halves/; fails if a check fails
+	status=0; \
+	$(PY) -m cpn simulate philly --out out/philly --seeds $(SEEDS) || status=$$?; \
+	$(PY) -m cpn simulate philly --suites windows --split 2 --checkpointable 0,0.5 --policies default --out out/philly-halves --seeds $(SEEDS) || status=$$?; \
+	exit $$status
 
 bench: venv bed ## benchmarks; each prints JSON
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
