@@ -148,6 +148,7 @@ _PREEMPTION: Mapping[str, Parser] = {
     "around_reservations": boolean,
     "no_bigger_victims": boolean,
     "claim": boolean,
+    "gittins": boolean,
 }
 _RETRY: Mapping[str, Parser] = {
     "max_attempts": integer(1, 100),

@@ -253,6 +253,10 @@ class Preemption:
     starts; and such a job may start on reserved room whatever its end if the reservation
     starts at least one checkpoint interval later (a checkpoint kept). Room a reservation
     holds idle is used, and given back when due, at the price of a preemption.
+
+    With ``gittins`` (opt-in) jobs that checkpoint are ranked by the inverse Gittins index
+    of their runtime law at their attained service
+    (:func:`cpn.core.runtime_law.gittins_remaining_s`) instead of its conditional median.
     """
 
     enabled: bool = True
@@ -266,6 +270,7 @@ class Preemption:
     around_reservations: bool = True
     no_bigger_victims: bool = True
     claim: bool = False
+    gittins: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

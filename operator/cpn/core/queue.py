@@ -29,7 +29,7 @@ from cpn.core.fairshare import OVER_BUDGET_LEVEL, Standing, lowest_level, standi
 from cpn.core.formula import compile_formula
 from cpn.core.model import Job, Running, Snapshot
 from cpn.core.policy import Level, QueuePolicy
-from cpn.core.runtime_law import conditional_median_s, sigma_of
+from cpn.core.runtime_law import conditional_median_s, gittins_remaining_s, sigma_of
 
 #: Orderings under which a job that does not fit blocks every job behind it.
 STRICT_ORDERINGS = frozenset({"fifo"})
@@ -81,13 +81,15 @@ def level_of(job: Job, levels: Sequence[Level], priority: int | None = None) -> 
     return max(len(levels) - 1, 0)
 
 
-def runtime_for_order(job: Job, gpu_types: frozenset[str]) -> float:
+def runtime_for_order(job: Job, gpu_types: frozenset[str], *, gittins: bool = False) -> float:
     """Predicted remaining runtime on the fastest GPU type the job may use and that exists.
 
     For a job that has run before (attained service from earlier attempts), the median of
     its runtime law given that it already ran that long (:mod:`cpn.core.runtime_law`),
     less what a checkpoint kept: a job that outlives its estimate is no longer taken
-    for a short one, so it cannot stay ahead of short jobs forever.
+    for a short one, so it cannot stay ahead of short jobs forever. With ``gittins``
+    (``preemption.gittins``, preemption on) a job that checkpoints, and so may be
+    stopped, is ranked by its law's inverse Gittins index at its attained service instead.
     """
     best: tuple[float, float | None] | None = None
     for gpu_type, runtime in job.estimate.runtime_s.items():
@@ -99,6 +101,8 @@ def runtime_for_order(job: Job, gpu_types: frozenset[str]) -> float:
             return job.user_estimate_s
         return job.estimate.best_s() if job.estimate.runtime_s else 0.0
     median, high = best
+    if gittins and job.checkpoint and job.gpus > 0:
+        return gittins_remaining_s(median, sigma_of(median, high), job.attained_gpu_s / job.gpus)
     if job.attained_gpu_s <= 0 or job.gpus <= 0:
         return median
     age = job.attained_gpu_s / job.gpus
@@ -134,7 +138,8 @@ def factor_columns(
     def column(values: Sequence[float]) -> npt.NDArray[np.float64]:
         return np.asarray(values, dtype=np.float64)
 
-    runtimes = [runtime_for_order(job, gpu_types) for job in jobs]
+    gittins = policy.preemption.enabled and policy.preemption.gittins
+    runtimes = [runtime_for_order(job, gpu_types, gittins=gittins) for job in jobs]
     gpus = [job.gpus for job in jobs]
     quota_used = []
     for job in jobs:
