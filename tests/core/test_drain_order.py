@@ -8,7 +8,8 @@ does not delay it.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cpn.core.cycle import plan_cycle
@@ -83,6 +84,7 @@ def test_without_drain_fifo_big_draining_jobs_still_go_first():
 
 
 @settings(max_examples=60, deadline=None)
+@example(ends=[1100.0, 1100.0000000000002], asks=[(1, 1.0), (2, 0.0)])
 @given(
     ends=st.lists(st.floats(1100, 50_000), min_size=1, max_size=5),
     asks=st.lists(
@@ -108,7 +110,9 @@ def test_the_first_due_draining_job_reserves_its_earliest_room(ends, asks):
         snapshot(jobs=jobs, clusters=[c], running_jobs=busy, now_s=1000, policy=_policy(True))
     )
     held = {h.job_key: h.reserved_start_s for h in plan.holds}
-    assert held[first.key] == sorted(ends)[int(first.gpus) // 8 - 1]
+    # ends closer than the capacity's tolerance are one instant (found by CI: 1100.0 and
+    # 1100.0000000000002, either may be the 16-GPU job's start)
+    assert held[first.key] == pytest.approx(sorted(ends)[int(first.gpus) // 8 - 1], abs=1e-6)
 
 
 def _shared(share: float) -> QueuePolicy:
