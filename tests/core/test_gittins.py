@@ -25,9 +25,8 @@ def _brute_force(median: float, sigma: float, age: float) -> float:
     """min over quantum ends b of E[min(S, b) - age | S > age] / P(S <= b | S > age),
     by numerical integration of the survival function on a fine grid."""
     law = NormalDist(math.log(median), sigma)
-    grid = np.geomspace(max(age, median * 1e-4), median * math.exp(7 * sigma), 200_000)
-    survival = np.array([1.0 - law.cdf(math.log(t)) for t in grid[::100]])
-    grid = grid[::100]
+    grid = np.geomspace(max(age, median * 1e-4), median * math.exp(7 * sigma), 2_000)
+    survival = np.array([1.0 - law.cdf(math.log(t)) for t in grid])
     served = np.concatenate([[0.0], np.cumsum(np.diff(grid) * (survival[1:] + survival[:-1]) / 2)])
     if age == 0:  # the stretch below the grid's first point: survival ~ 1 there
         served += grid[0]

@@ -272,6 +272,11 @@ class Preemption:
     claim: bool = False
     gittins: bool = False
 
+    @property
+    def ranks_by_gittins(self) -> bool:
+        """Jobs that checkpoint are ranked by their Gittins index (they can be stopped)."""
+        return self.enabled and self.gittins
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retry:

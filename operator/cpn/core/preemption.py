@@ -97,10 +97,8 @@ def choose_preemptions(
     types = capacity.gpu_types()
     combined = order_jobs([*running_jobs, *(r.job for r in blocked)], snapshot, types)
     rank_of = {r.job.key: (r.level, -r.score) for r in combined}
-    remaining = {
-        r.job.key: runtime_for_order(r.job, types, gittins=policy.preemption.gittins)
-        for r in combined
-    }
+    gittins = policy.preemption.ranks_by_gittins
+    remaining = {r.job.key: runtime_for_order(r.job, types, gittins=gittins) for r in combined}
     prio = {r.job.key: effective_priority(r.job, policy) for r in combined}
     rules = policy.preemption
     gap = rules.min_priority_gap

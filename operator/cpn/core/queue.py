@@ -138,7 +138,7 @@ def factor_columns(
     def column(values: Sequence[float]) -> npt.NDArray[np.float64]:
         return np.asarray(values, dtype=np.float64)
 
-    gittins = policy.preemption.enabled and policy.preemption.gittins
+    gittins = policy.preemption.ranks_by_gittins
     runtimes = [runtime_for_order(job, gpu_types, gittins=gittins) for job in jobs]
     gpus = [job.gpus for job in jobs]
     quota_used = []
