@@ -188,3 +188,21 @@ def test_knowledge_version_is_the_predictors_retrain_count_else_none():
     assert predictor.knowledge_version() == 3
     assert HistoryEstimator("V100").knowledge_version() is None
     assert HistoryEstimator("V100").learns and not OracleEstimator(truth_for([], "V100")).learns
+
+
+def test_the_predictor_stamps_each_estimate_with_its_siblings():
+    """The predictor's estimates say which jobs are near-replicas (its sibling rule), as
+    policy ``running_siblings`` reads them; a job with no submitter has none."""
+    from dataclasses import replace
+
+    from cpn.api.predictions import PredictorEstimator
+    from predictor.runtimes import SIBLING_S, sibling_key
+    from tests.builders import job
+
+    predictor = PredictorEstimator(retrain="off")
+    alice = replace(job("a", gpus=2, runtime_s=100.0), user="alice", model="resnet50")
+    stamped = predictor.estimate(alice, ["V100"])
+    assert stamped.siblings == "/".join(sibling_key("resnet50", "alice", "", 2))
+    assert stamped.sibling_s == SIBLING_S > 0
+    nobody = replace(alice, user="", group="")
+    assert predictor.estimate(nobody, ["V100"]).siblings == ""

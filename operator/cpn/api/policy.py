@@ -80,6 +80,7 @@ _TOP: Mapping[str, Parser] = {
     "ordering": choice(ORDERINGS),
     "formula": formula(),
     "node_cpu_ceiling": number(0.0, 1.0, above=True, nullable=True),
+    "running_siblings": boolean,
 }
 _TOP_SECTIONS = (
     "levels",

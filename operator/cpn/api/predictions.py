@@ -10,11 +10,13 @@ live operator, the demo and the simulator all build their predictor here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cpn.core.estimator import Estimator
 from cpn.core.model import Estimate, Job
 from predictor.jobs import Prediction
 from predictor.online import OnlinePredictor
+from predictor.runtimes import SIBLING_S, sibling_of
 
 
 def to_estimate(prediction: Prediction) -> Estimate:
@@ -28,6 +30,15 @@ def to_estimate(prediction: Prediction) -> Estimate:
     )
 
 
+def with_siblings(estimate: Estimate, job: Job) -> Estimate:
+    """``estimate`` stamped with ``job``'s sibling key and window
+    (:func:`predictor.runtimes.siblings`), unless it has no submitter."""
+    key = sibling_of(job)
+    if key is None:
+        return estimate
+    return replace(estimate, siblings="/".join(key), sibling_s=SIBLING_S)
+
+
 class PredictorEstimator(OnlinePredictor, Estimator):
     """:class:`~predictor.online.OnlinePredictor` with the core's ``estimate``.
 
@@ -37,7 +48,7 @@ class PredictorEstimator(OnlinePredictor, Estimator):
 
     def estimate(self, job: Job, gpu_types: Sequence[str]) -> Estimate:
         """Predicted runtime of ``job`` on each of ``gpu_types``; never raises."""
-        return to_estimate(self.predict(job, gpu_types))
+        return with_siblings(to_estimate(self.predict(job, gpu_types)), job)
 
     def knowledge_version(self) -> object:
         """How many times the model retrained (a retrained model may change every estimate)."""

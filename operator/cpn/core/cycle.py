@@ -63,6 +63,7 @@ from cpn.core.queue import (
 )
 from cpn.core.quota import QuotaLedger
 from cpn.core.reservations import Reservations, Reserved, held_nodes
+from cpn.core.siblings import censored_by_siblings
 from cpn.core.transfer import staging
 
 #: Waiting for a faster GPU type must save at least this share of completion time.
@@ -86,6 +87,8 @@ def plan_cycle(snapshot: Snapshot, *, capacity: Capacity | None = None) -> Cycle
     ``Capacity.from_snapshot(snapshot)`` makes; the cycle changes it), or None to make it
     here (the ETA projection passes one it renews: :mod:`cpn.core.capacity_renew`).
     """
+    if snapshot.policy.running_siblings:
+        snapshot = censored_by_siblings(snapshot)
     return _Cycle(snapshot, capacity).run()
 
 

@@ -54,6 +54,7 @@ class Estimate:
     history to go by). ``new_model`` says the estimator has neither a benchmark nor a
     finished job of the job's model (never set for a job that names no model): the
     first jobs of a model, which ``placement.first_of_model_alone`` runs alone.
+    ``siblings`` and ``sibling_s`` say which jobs are its near-replicas.
     """
 
     runtime_s: Mapping[str, float] = field(default_factory=frozen_map)
@@ -61,6 +62,11 @@ class Estimate:
     unseen: bool = False
     new_model: bool = False
     source: str = ""
+    # Jobs whose estimates carry the same non-empty ``siblings`` and were submitted within
+    # ``sibling_s`` of each other are near-replicas (the estimator's rule; the predictor's
+    # :func:`predictor.runtimes.siblings`): cpn.core.siblings reads the running ones.
+    siblings: str = ""
+    sibling_s: float = 0.0
 
     def on(self, gpu_type: str) -> float | None:
         """Predicted runtime on ``gpu_type``, or None when unknown."""

@@ -392,6 +392,7 @@ class QueuePolicy:
     quotas: Quotas = field(default_factory=Quotas)
     reservation: Reservation = field(default_factory=Reservation)
     node_cpu_ceiling: float | None = 0.7
+    running_siblings: bool = False
     placement: Placement = field(default_factory=Placement)
     preemption: Preemption = field(default_factory=Preemption)
     retry: Retry = field(default_factory=Retry)
