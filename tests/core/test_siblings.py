@@ -81,6 +81,7 @@ def test_no_evidence_no_change(ages: list[float], submitted_s: float, sib: str):
     waiting = burst_job("w", submitted_s, sib=sib)
     snap = replace(snap, pending=(waiting, *snap.pending[1:]))
     assert censored_by_siblings(snap).pending == snap.pending
+    assert censored_by_siblings(snap) is snap  # nothing changed: the same snapshot
 
 
 def test_the_order_changes_only_with_the_policy_on():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cpn.core.fifodue import ran_s
 from cpn.core.model import Job, Snapshot, frozen_map
 from cpn.core.runtime_law import conditional_median_s, sigma_of
 
@@ -32,11 +33,13 @@ def censored_by_siblings(snapshot: Snapshot) -> Snapshot:
         median = job.estimate.runtime_s.get(item.gpu_type)
         if not job.estimate.siblings or not median or job.gpus <= 0:
             continue
-        age = snapshot.now_s - item.start_s + job.attained_gpu_s / job.gpus
+        age = snapshot.now_s - item.start_s + ran_s(job)
         ages.setdefault(job.estimate.siblings, []).append((job.submit_s, age / median))
     if not ages:
         return snapshot
     pending = tuple(_given_siblings(job, ages) for job in snapshot.pending)
+    if all(new is old for new, old in zip(pending, snapshot.pending, strict=True)):
+        return snapshot  # no evidence for any: the cycle reads the snapshot as it came
     return replace(snapshot, pending=pending)
 
 
@@ -48,9 +51,9 @@ def _given_siblings(job: Job, ages: dict[str, list[tuple[float, float]]]) -> Job
     near = sorted(
         share for submit, share in found if abs(submit - job.submit_s) <= estimate.sibling_s
     )
-    if not near or near[(len(near) - 1) // 2] <= 1.0:
+    survived = near[(len(near) - 1) // 2] if near else 0.0  # lower median: half ran this far
+    if survived <= 1.0:
         return job
-    survived = near[(len(near) - 1) // 2]  # the lower median: half of them ran this far
     runtime: dict[str, float] = {}
     high: dict[str, float] = {}
     for gpu_type, median in estimate.runtime_s.items():
