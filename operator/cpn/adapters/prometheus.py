@@ -31,8 +31,16 @@ from cpn.runtime.ports import GpuReading
 
 log = logging.getLogger(__name__)
 
-#: Node CPU busy share over the last minute, per node (node-exporter's series).
-CPU_QUERY = '1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
+#: Node CPU busy share over the last minute, per node (node-exporter's series): idle time
+#: over all CPU time, both rates from the same samples. ``1 - rate(idle)`` alone read a node
+#: whose series is younger than the window as busy (Prometheus extrapolates a young series'
+#: increase only half a scrape back, so its rate is the increase over the window's length):
+#: an idle node that had just joined, or every node after Prometheus restarted, read 0.96 at
+#: first and stayed above the CPU ceiling for a quarter of a minute.
+CPU_QUERY = (
+    '1 - sum by (instance) (rate(node_cpu_seconds_total{mode="idle"}[1m]))'
+    " / sum by (instance) (rate(node_cpu_seconds_total[1m]))"
+)
 #: Mean GPU utilisation per node (dcgm-exporter's series), for display.
 GPU_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
 #: Per GPU a pod holds: utilisation (percent) and framebuffer used (MiB).
