@@ -255,11 +255,33 @@ def test_node_above_cpu_ceiling_takes_no_work():
     )
     plan = plan_cycle(snapshot(jobs=[job("a")], clusters=[Cluster(name="m", nodes=(hot,))]))
     assert plan.starts == ()
-    assert hold_of(plan, "a").reason == WaitReason.NodeLoad
+    held = hold_of(plan, "a")
+    assert held.reason == WaitReason.NodeLoad
+    # the node and the cause are named, no measured figure (the message changes only with them)
+    assert held.message == (
+        "nodes with room for 1 x 1 GPU(s) take no new job (m/hot: CPU above the ceiling (0.7))"
+    )
     relaxed = QueuePolicy(node_cpu_ceiling=None)
     assert plan_cycle(
         snapshot(jobs=[job("a")], clusters=[Cluster(name="m", nodes=(hot,))], policy=relaxed)
     ).starts
+
+
+def test_a_job_held_off_unusable_nodes_is_told_which_and_why():
+    """Each cause names its nodes (three, then how many more): a cluster not ready, a node
+    cordoned; a node without room for the job is not named."""
+    down = cluster("down", nodes("down", 5))
+    up = cluster("up", nodes("up", 2, free=[8, 0]))
+    cordoned = replace(up, nodes=(replace(up.nodes[0], schedulable=False), up.nodes[1]))
+    plan = plan_cycle(
+        snapshot(jobs=[job("a", gpus=8)], clusters=[replace(down, ready=False), cordoned])
+    )
+    held = hold_of(plan, "a")
+    assert held.reason == WaitReason.NodeLoad
+    assert held.message == (
+        "nodes with room for 1 x 8 GPU(s) take no new job (down/down-0, down/down-1, "
+        "down/down-2 and 2 more: its cluster not ready; up/up-0: not schedulable)"
+    )
 
 
 def test_not_ready_cluster_gets_no_work():

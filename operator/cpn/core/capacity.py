@@ -59,6 +59,7 @@ class Slot:
     cpu: float
     memory_gib: float
     usable: bool = True  # ready, schedulable and under the CPU ceiling
+    unusable_why: str = ""  # why not, when not (what a job held off it is told)
     domain: str = ""
     running: list[Running] = field(default_factory=list)  # once per worker (releases())
     taken: list[Release] | None = None  # releases of this cycle's starts (None: none yet)
@@ -626,9 +627,13 @@ def _workers_on(job: Job, row: list[float], slot: Slot) -> int:
 
 
 def _slot(node: Node, ready: bool, ceiling: float | None) -> Slot:
-    usable = ready and node.schedulable
-    if ceiling is not None and node.cpu_util is not None and node.cpu_util > ceiling:
-        usable = False
+    why = ""
+    if not ready:
+        why = "its cluster not ready"
+    elif not node.schedulable:
+        why = "not schedulable"
+    elif ceiling is not None and node.cpu_util is not None and node.cpu_util > ceiling:
+        why = f"CPU above the ceiling ({ceiling:g})"
     return Slot(
         cluster=node.cluster,
         name=node.name,
@@ -640,6 +645,7 @@ def _slot(node: Node, ready: bool, ceiling: float | None) -> Slot:
         free_memory_gib=node.free_memory_gib,
         cpu=node.cpu,
         memory_gib=node.memory_gib,
-        usable=usable,
+        usable=not why,
+        unusable_why=why,
         domain=node.domain,
     )

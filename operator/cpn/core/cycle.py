@@ -433,13 +433,16 @@ class _Cycle:
             return WaitReason.Reservation, reasons.reserved_for(
                 job, (r.job_key for r in self.reservations.held)
             )
-        unusable = any(
-            s.free_gpus + 1e-9 >= worker_gpus(job)
+        unusable = [
+            s
             for c in cands
             for s in self.capacity.unusable[c.key]
-        )
+            if s.free_gpus + 1e-9 >= worker_gpus(job)
+        ]
         if unusable:
-            return WaitReason.NodeLoad, reasons.node_load(job)
+            return WaitReason.NodeLoad, reasons.node_load(
+                job, ((f"{s.cluster}/{s.name}", s.unusable_why) for s in unusable)
+            )
         free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if any(self.capacity.fits_but_for_alone(job, c.key) for c in cands):
             if self.capacity.alone(job):

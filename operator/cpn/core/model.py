@@ -36,7 +36,7 @@ class WaitReason(StrEnum):
     Reservation = "Reservation"  # room exists but is held for a reserved job
     Priority = "Priority"  # jobs ahead of it took the room
     Infeasible = "Infeasible"  # no cluster could ever hold it
-    NodeLoad = "NodeLoad"  # nodes with room are above the CPU ceiling
+    NodeLoad = "NodeLoad"  # nodes with room are not ready, cordoned or above the CPU ceiling
     Waiting = "Waiting"  # placement chose to wait for a faster GPU
     Window = "Window"  # beyond the window the placement looked at
     Backoff = "Backoff"  # a failed attempt waits before retrying

@@ -78,8 +78,18 @@ def reserved_for(job: Job, holders: Iterable[str]) -> str:
     return f"room for {need(job)} is reserved for {', '.join(sorted(set(holders)))}"
 
 
-def node_load(job: Job) -> str:
-    return f"nodes with room for {need(job)} are not ready or above the CPU ceiling"
+def node_load(job: Job, nodes: Iterable[tuple[str, str]]) -> str:
+    """Nodes with room for ``job`` take no new job; ``nodes``: (cluster/node, why not).
+    Names and causes only (no measured figure), so the message changes only when they do."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in nodes:
+        by_why.setdefault(why, []).append(name)
+    said = []
+    for why, names in sorted(by_why.items()):
+        names = sorted(set(names))
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        said.append(f"{', '.join(names[:3])}{more}: {why}")
+    return f"nodes with room for {need(job)} take no new job ({'; '.join(said)})"
 
 
 def no_room(job: Job, free_gpus: float) -> str:
