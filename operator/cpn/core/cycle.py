@@ -41,7 +41,7 @@ from functools import partial
 
 from cpn.core import reasons
 from cpn.core.candidates import candidates, in_order
-from cpn.core.capacity import Capacity, worker_gpus
+from cpn.core.capacity import Capacity, GroupKey, worker_gpus
 from cpn.core.fairshare import HOLD, lowest_level, standing
 from cpn.core.model import (
     CyclePlan,
@@ -112,6 +112,9 @@ class _Cycle:
         self.arriving: dict[tuple[str, str], float] = {}
         # Jobs held while a reservation could hold room they fit, in rank order.
         self.kept_out: list[tuple[Ranked, list[Candidate]]] = []
+        self._unusable_memo: dict[
+            tuple[float, tuple[GroupKey, ...]], tuple[tuple[str, str], ...]
+        ] = {}
         # The memo is a partial over plain data, not a bound method: Reservations keeps it, and
         # a reference back to this object would make every cycle garbage only the cyclic
         # collector frees (several dead cycles' holds and candidates alive at once).
@@ -433,16 +436,9 @@ class _Cycle:
             return WaitReason.Reservation, reasons.reserved_for(
                 job, (r.job_key for r in self.reservations.held)
             )
-        unusable = [
-            s
-            for c in cands
-            for s in self.capacity.unusable[c.key]
-            if s.free_gpus + 1e-9 >= worker_gpus(job)
-        ]
+        unusable = self._unusable_with_room(job, cands)
         if unusable:
-            return WaitReason.NodeLoad, reasons.node_load(
-                job, ((f"{s.cluster}/{s.name}", s.unusable_why) for s in unusable)
-            )
+            return WaitReason.NodeLoad, reasons.node_load(job, unusable)
         free = max((self.capacity.free_gpus(c.key) for c in cands), default=0.0)
         if any(self.capacity.fits_but_for_alone(job, c.key) for c in cands):
             if self.capacity.alone(job):
@@ -451,6 +447,22 @@ class _Cycle:
         ahead = any(s for s in self.starts)
         reason = WaitReason.Priority if ahead else WaitReason.Capacity
         return reason, reasons.no_room(job, free)
+
+    def _unusable_with_room(self, job: Job, cands: list[Candidate]) -> tuple[tuple[str, str], ...]:
+        """(cluster/node, why) of the nodes of ``cands`` that take no new job and have room
+        for one of ``job``'s workers; per worker size and groups, once a cycle (nothing starts
+        on such a node, so what it has free does not change within the cycle)."""
+        need = worker_gpus(job)
+        key = (need, tuple(c.key for c in cands))
+        found = self._unusable_memo.get(key)
+        if found is None:
+            found = self._unusable_memo[key] = tuple(
+                (f"{s.cluster}/{s.name}", s.unusable_why)
+                for c in cands
+                for s in self.capacity.unusable[c.key]
+                if s.free_gpus + 1e-9 >= need
+            )
+        return found
 
     def _why_deferred(self, item: Ranked, cands: list[Candidate]) -> tuple[WaitReason, str]:
         """Reason for a job the MILP chose not to start."""
