@@ -65,6 +65,37 @@ def test_two_reserved_jobs_do_not_wait_on_each_others_room_when_jobs_overrun() -
     assert _reserved(plan) == {"big": NOW}
 
 
+def test_a_reservation_on_paper_room_leaves_gpus_free_now_to_others() -> None:
+    """Every running job is past its predicted end. ``big`` (2 GPUs, oldest) finds paper
+    room due now on a 4-GPU node with nothing free and on a 2-GPU node with 1 GPU free: it
+    holds the first, so ``one`` (1 GPU) starts on the free GPU and ``pair`` (2 x 1 GPU) finds
+    no room beside them (before: ``big`` held the node with the free GPU, ``pair`` the
+    other, and ``one`` waited beside a GPU it fits that no start would have delayed)."""
+    n4, n1, n2 = (
+        *nodes("c", 1, gpu_type=V100, gpus=4, free=[0.0], prefix="four"),
+        *nodes("c", 1, gpu_type=V100, gpus=1, free=[0.0], prefix="one"),
+        *nodes("c", 1, gpu_type=V100, gpus=2, free=[1.0], prefix="two"),
+    )
+    snap = snapshot(
+        now_s=NOW,
+        policy=_policy(),
+        clusters=[cluster("c", (n4, n1, n2))],
+        running_jobs=[
+            _holder("r4", n4, 4, 0.0),
+            _holder("r1", n1, 1, 0.0),
+            _holder("r2", n2, 1, 0.0),
+        ],
+        jobs=[
+            job("big", gpus=2, submitted_s=0.0, runtime_s={V100: 10.0}),
+            job("one", gpus=1, submitted_s=1.0, runtime_s={V100: 10.0}),
+            job("pair", gpus=1, workers=2, submitted_s=2.0, runtime_s={V100: 10.0}),
+        ],
+    )
+    plan = plan_cycle(snap)
+    assert _starts(plan) == {"one": ("two-0",)}
+    assert _reserved(plan) == {"big": NOW}
+
+
 def test_a_reservation_due_later_keeps_its_nodes() -> None:
     """Predictions ahead: the small job would delay the big one's start on a0, and the big
     reservation does not move to a1 even though a1 frees as soon, so both wait."""

@@ -346,6 +346,10 @@ class Capacity:
             self._free[key] = total
         return total
 
+    def with_free_gpus(self, key: GroupKey) -> frozenset[str]:
+        """The group's nodes with a GPU free now."""
+        return frozenset(s.name for s in self.groups.get(key, ()) if s.free_gpus > _EPS)
+
     def alone(self, job: Job) -> bool:
         """True if ``job`` must run alone on its nodes (:mod:`cpn.core.alone`)."""
         return self.policy is not None and runs_alone(job, self.policy)

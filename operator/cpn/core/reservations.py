@@ -265,6 +265,24 @@ class Reservations:
             if found is None:
                 continue
             when, nodes = found
+            # Room a job past its predicted end still holds frees "now" only on paper: it
+            # comes after any other room (a job that can start now reserves where it can,
+            # so no later holder reserves that room away from it); at equal completion,
+            # room free now beats room predicted to free.
+            late = when <= self.now and self.capacity.fit(job, cand.key, taken) is None
+            idle = self.capacity.with_free_gpus(cand.key) - taken if late else frozenset()
+            if idle:
+                # Such room is held on nodes with nothing free now where that is as early:
+                # GPUs free now stay for jobs that can start on them.
+                busy = self.capacity.earliest_fit(
+                    job,
+                    cand.key,
+                    self.now,
+                    exclude=taken | idle,
+                    claim_since=self.claim_since(job),
+                )
+                if busy is not None and busy[0] <= when:
+                    nodes = busy[1]
             done = when + cand.transfer_s + cand.runtime_s
             res = Reserved(
                 job=job,
@@ -273,11 +291,6 @@ class Reservations:
                 start_s=when,
                 end_s=done,
             )
-            # Room a job past its predicted end still holds frees "now" only on paper: it
-            # comes after any other room (a job that can start now reserves where it can,
-            # so no later holder reserves that room away from it); at equal completion,
-            # room free now beats room predicted to free.
-            late = when <= self.now and self.capacity.fit(job, cand.key, taken) is None
             waits = self.capacity.fit(job, cand.key) is None
             if best is None or (late, done, waits, *cand.key) < best[:5]:
                 best = (late, done, waits, cand.key[0], cand.key[1], res)
