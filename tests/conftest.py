@@ -3,9 +3,12 @@ hypothesis profiles.
 
 Fuzzing runs with a fixed budget: every property test either names its own
 ``max_examples`` or gets the profile's. Under ``CI=true`` the ``ci`` profile is
-loaded: derandomized (the same examples on every run, so CI is reproducible and a
-failure reruns identically), no example database, no deadline (the machine may be
-loaded). Elsewhere the ``dev`` profile draws new random examples each run.
+loaded: derandomized (the same examples on every run of the same tests, so CI is
+reproducible and a failure reruns identically), no example database, no deadline (the
+machine may be loaded). Hypothesis also draws constants from the project's modules that
+are imported, so a run of part of the suite may draw other examples than the whole
+suite: a failure found one way is replayed with the ``@reproduce_failure`` blob it
+prints (``print_blob``). Elsewhere the ``dev`` profile draws new random examples each run.
 ``HYPOTHESIS_PROFILE`` picks another profile explicitly (e.g. ``deep`` for a long
 local fuzzing session).
 """
