@@ -347,8 +347,8 @@ class Capacity:
         return total
 
     def with_free_gpus(self, key: GroupKey) -> frozenset[str]:
-        """The group's nodes with a GPU free now."""
-        return frozenset(s.name for s in self.groups.get(key, ()) if s.free_gpus > _EPS)
+        """The names of the group's usable nodes with a GPU free now."""
+        return frozenset(s.name for s in self._open_slots(key) if s.free_gpus > 0)
 
     def alone(self, job: Job) -> bool:
         """True if ``job`` must run alone on its nodes (:mod:`cpn.core.alone`)."""
@@ -400,6 +400,11 @@ class Capacity:
         those with GPUs free when it asks any (a node with none free fits no such ask)."""
         if need <= _EPS:
             return self.usable.get(key, [])
+        return self._open_slots(key)
+
+    def _open_slots(self, key: GroupKey) -> list[Slot]:
+        """The usable nodes of group ``key`` with a GPU free, kept between takes: it may
+        still hold some that a take filled since (made again once half of it is)."""
         found = self._open.get(key)
         if found is None:
             found = self._open[key] = [s for s in self.usable.get(key, ()) if s.free_gpus > 0]
