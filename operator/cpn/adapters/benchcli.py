@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from cpn.adapters.hubcli import HubAnswer, HubError
-from cpn.adapters.kube import client_from_kubeconfig, member_kubeconfig
+from cpn.adapters.kube import JsonApi, client_from_kubeconfig, member_kubeconfig
 from cpn.api import constants as k
 from predictor.catalog import UnknownName, canonical_gpu
 
@@ -54,7 +54,7 @@ def _member_api(api: client.ApiClient, member: Mapping[str, Any], namespace: str
     spec = member.get("spec") or {}
     secret_name = str((spec.get("kubeconfigSecret") or {}).get("name", ""))
     try:
-        text = member_kubeconfig(client.CoreV1Api(api), spec, namespace)
+        text = member_kubeconfig(JsonApi(api), spec, namespace)
     except ApiException as err:
         raise HubError(
             f"cannot read member {name}'s kubeconfig Secret {namespace}/{secret_name} "

@@ -16,6 +16,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cpn.adapters.kube import JsonApi
+
 log = logging.getLogger(__name__)
 
 COMPONENT = "cpn"
@@ -55,11 +57,8 @@ def post_event(
 ) -> None:
     """Create the Event (blocking; call it from a worker thread)."""
     body = event_body(obj, reason, message, warning)
-    core: Any = client.CoreV1Api(api)
+    path = f"/api/v1/namespaces/{body['metadata']['namespace']}/events"
     try:
-        response = core.create_namespaced_event(
-            body["metadata"]["namespace"], body, _preload_content=False, _request_timeout=10
-        )
-        response.data  # read it all, so the connection goes back to the pool  # noqa: B018
+        JsonApi(api).call("POST", path, body, _request_timeout=10)
     except ApiException as err:
         log.debug("event %s not posted: %s", reason, err.reason)

@@ -18,7 +18,13 @@ from kubernetes.config import ConfigException
 
 from cpn.adapters import lastgood
 from cpn.adapters.events import post_event
-from cpn.adapters.kube import Informer, call_failed, client_from_kubeconfig, member_kubeconfig
+from cpn.adapters.kube import (
+    Informer,
+    JsonApi,
+    call_failed,
+    client_from_kubeconfig,
+    member_kubeconfig,
+)
 from cpn.adapters.members import Member, MemberSpec
 from cpn.adapters.prometheus import MetricsSource
 from cpn.api import constants as k
@@ -36,12 +42,13 @@ class KubeHub:
         self.config = config
         # Any: the client's typed signatures want model objects; we pass plain dicts.
         self.custom: Any = client.CustomObjectsApi(api)
-        self.core: Any = client.CoreV1Api(api)
+        self.core = JsonApi(api)
         widen_pool(api, threads)
 
     # -- watches --------------------------------------------------------------------------
     def watch_namespaces(self, on_event: WatchFn) -> Informer:
-        return Informer("hub/namespaces", self.api, self.core.list_namespace, on_event).start()
+        namespaces = self.core.lister("/api/v1/namespaces")
+        return Informer("hub/namespaces", self.api, namespaces, on_event).start()
 
     def watch_aijobs(self, on_event: WatchFn) -> Informer:
         """Every AIJob, listed page by page (100,000 of them take tens of seconds to list)."""
@@ -65,9 +72,8 @@ class KubeHub:
         return Informer(
             "policy",
             self.api,
-            self.core.list_namespaced_config_map,
+            self.core.lister(f"/api/v1/namespaces/{namespace}/configmaps"),
             on_event,
-            namespace=namespace,
             field_selector=f"metadata.name={name}",
         ).start()
 
@@ -118,13 +124,14 @@ class KubeHub:
     def put_group_bounds(self, namespace: str, data: Mapping[str, str]) -> None:
         """Create or replace the ``cpn-group-bounds`` ConfigMap in ``namespace`` (cpn's)."""
         body = bounds_configmap(namespace, data)
+        configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
         try:
-            self.core.replace_namespaced_config_map(BOUNDS_CONFIGMAP, namespace, body)
+            self.core.call("PUT", f"{configmaps}/{BOUNDS_CONFIGMAP}", body)
         except ApiException as err:
             if err.status != 404:
                 raise call_failed(err) from err
             try:
-                self.core.create_namespaced_config_map(namespace, body)
+                self.core.call("POST", configmaps, body)
             except ApiException as err2:
                 raise call_failed(err2) from err2
 

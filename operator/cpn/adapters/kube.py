@@ -7,7 +7,8 @@ hop onto the asyncio loop themselves (``loop.call_soon_threadsafe``).
 
 Informers read the API's JSON as plain dicts: the client's typed models would be built
 for every object of every event and turned back into dicts at once, which cost most of
-the operator's CPU with thousands of pods and Jobs.
+the operator's CPU with thousands of pods and Jobs. The operator's other calls to the
+core and batch APIs go by path through :class:`JsonApi`, in the same JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import base64
 import binascii
 import contextlib
 import copy
+import functools
 import json
 import logging
 import threading
@@ -106,7 +108,69 @@ def client_without_retries(api: client.ApiClient) -> client.ApiClient:
     return client.ApiClient(configuration=cfg)
 
 
-def member_kubeconfig(core: Any, spec: Mapping[str, Any], namespace: str) -> str:
+class JsonApi:
+    """Calls to an API server by path, in its JSON: no generated API class, no client model.
+
+    The client's generated ``CoreV1Api`` and ``BatchV1Api`` import about 250 pydantic models
+    to check their arguments and build answers nothing in the operator reads: 22 MB of a
+    process's memory (measured 7 Dec 2026; docs/results.md, "Speed: the operator on the test
+    bed"). Keyword arguments are the generated methods' (``label_selector``, ``_continue``,
+    ``_preload_content``, ``_request_timeout``...), sent under the API's names; an answer
+    other than 2xx raises ApiException as theirs do.
+    """
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+        **query: Any,
+    ) -> Any:
+        """The answer's JSON (None when empty); with ``_preload_content=False`` the unread
+        response (a watch's stream)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(_api_name(k), v) for k, v in query.items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        if not _preload_content:
+            return response.response
+        response.read()
+        return json.loads(response.data) if response.data else None
+
+    def list(self, path: str, **kwargs: Any) -> Any:
+        """GET a collection (or watch it: ``watch=True``)."""
+        return self.call("GET", path, **kwargs)
+
+    def lister(self, path: str) -> Callable[..., Any]:
+        """:meth:`list` of ``path``, as an :class:`Informer` takes it."""
+        return functools.partial(self.list, path)
+
+
+def _api_name(name: str) -> str:
+    """A generated method's keyword as the API's query parameter: ``_continue`` is
+    ``continue``, ``label_selector`` is ``labelSelector``."""
+    head, *rest = name.lstrip("_").split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def member_kubeconfig(api: JsonApi, spec: Mapping[str, Any], namespace: str) -> str:
     """The kubeconfig text of a MemberCluster ``spec`` from its Secret in ``namespace``
     (``spec.kubeconfigSecret``: name, key default ``kubeconfig``), checked to need no exec
     plugin and no local file. Raises ApiException when the Secret cannot be read, and
@@ -115,7 +179,10 @@ def member_kubeconfig(core: Any, spec: Mapping[str, Any], namespace: str) -> str
 
     ref = spec.get("kubeconfigSecret") or {}
     name, key = str(ref.get("name", "")), str(ref.get("key") or "kubeconfig")
-    raw = (core.read_namespaced_secret(name, namespace).data or {}).get(key)
+    if not name:
+        raise ValueError("spec.kubeconfigSecret.name is not set")
+    secret = api.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    raw = (secret.get("data") or {}).get(key)
     if not raw:
         raise ValueError(f"secret {name} has no key {key!r}")
     try:
@@ -141,8 +208,9 @@ def hub_client() -> client.ApiClient:
 class Informer:
     """List, then watch, one kind of object forever (until stopped).
 
-    ``list_fn`` is a client list method (e.g. ``CoreV1Api.list_node``) and
-    ``kwargs`` its arguments (label selectors, namespace...). Objects are
+    ``list_fn`` is a client list method (e.g. ``CoreV1Api.list_node``, or
+    ``JsonApi(api).lister("/api/v1/nodes")``) and ``kwargs`` its arguments (label
+    selectors, namespace...). Objects are
     passed as the API server's JSON (dicts), never as client models.
 
     ``paged``: a (re-)list is passed on page by page as it comes (``PAGE`` events,
@@ -297,7 +365,13 @@ def _without_retries(list_fn: Callable[..., Any]) -> Callable[..., Any]:
     server hung just as a watch opens would otherwise be asked again (urllib3 retries a
     read timeout before the response) and surface only after several silences, as a
     failure instead of a silent watch. The informer opens its watches again itself.
-    ``list_fn`` as it is when it is not a method of a generated API class."""
+    ``list_fn`` as it is when it is not a method of a generated API class or of a
+    :class:`JsonApi` (or a partial of one)."""
+    if isinstance(list_fn, functools.partial):
+        inner = _without_retries(list_fn.func)
+        if inner is list_fn.func:
+            return list_fn
+        return functools.partial(inner, *list_fn.args, **list_fn.keywords)
     owner: Any = getattr(list_fn, "__self__", None)
     api_client = getattr(owner, "api_client", None)
     if not isinstance(api_client, client.ApiClient):

@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cpn.adapters.kube import JsonApi
 from cpn.api import constants as k
 from cpn.api.policy import CONFIGMAP_KEY
 from cpn.runtime.ports import SavedPolicy
@@ -29,7 +30,8 @@ Saved = SavedPolicy
 
 def save(api: client.ApiClient, namespace: str, name: str, text: str, version: str) -> None:
     """Write the copy (create it, or replace what is there). Blocking: call from a thread."""
-    core: Any = client.CoreV1Api(api)
+    core = JsonApi(api)
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -45,23 +47,22 @@ def save(api: client.ApiClient, namespace: str, name: str, text: str, version: s
         "data": {CONFIGMAP_KEY: text},
     }
     try:
-        core.replace_namespaced_config_map(name, namespace, body, _request_timeout=10)
+        core.call("PUT", f"{configmaps}/{name}", body, _request_timeout=10)
     except ApiException as err:
         if err.status != 404:
             raise
-        core.create_namespaced_config_map(namespace, body, _request_timeout=10)
+        core.call("POST", configmaps, body, _request_timeout=10)
 
 
 def load(api: client.ApiClient, namespace: str, name: str) -> Saved | None:
     """The saved copy, or None when there is none. Blocking: call from a thread."""
-    core: Any = client.CoreV1Api(api)
+    path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
     try:
-        response = core.read_namespaced_config_map(name, namespace, _request_timeout=10)
+        body = JsonApi(api).call("GET", path, _request_timeout=10)
     except ApiException as err:
         if err.status == 404:
             return None
         raise
-    body = api.sanitize_for_serialization(response)
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     text = (body.get("data") or {}).get(CONFIGMAP_KEY)
     if not isinstance(text, str):

@@ -9,7 +9,6 @@ whose pods do not exist yet.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.adapters.kube import Informer, call_failed
+from cpn.adapters.kube import Informer, JsonApi, call_failed
 from cpn.adapters.probe import ProbeFn, Prober
 from cpn.api import constants as k
 from cpn.api.quantity import parse_quantity
@@ -90,16 +89,17 @@ class Member:
         self.pods: dict[str, tuple[str, Usage]] = {}  # others' pods: uid -> (node, usage)
         self.jobs: dict[str, Mapping[str, Any]] = {}  # member Job name -> Job
         self._on_event = on_event
-        # Any: the client's typed signatures want model objects; we pass plain dicts.
-        self.core: Any = client.CoreV1Api(api)
-        self.batch: Any = client.BatchV1Api(api)
+        self.rest = JsonApi(api)
+        self._jobs_path = f"/apis/batch/v1/namespaces/{spec.namespace}/jobs"
         name = spec.name
         self.informers = [
-            Informer(f"{name}/nodes", api, self.core.list_node, self._handler("nodes")),
+            Informer(
+                f"{name}/nodes", api, self.rest.lister("/api/v1/nodes"), self._handler("nodes")
+            ),
             Informer(
                 f"{name}/pods",
                 api,
-                self.core.list_pod_for_all_namespaces,
+                self.rest.lister("/api/v1/pods"),
                 self._handler("pods"),
                 # Bound pods that are not cpn's: cpn's own are counted from its records, so
                 # the API server need not send their events at all.
@@ -109,9 +109,8 @@ class Member:
             Informer(
                 f"{name}/jobs",
                 api,
-                self.batch.list_namespaced_job,
+                self.rest.lister(self._jobs_path),
                 self._handler("jobs"),
-                namespace=spec.namespace,
                 label_selector=f"{k.LABEL_HUB}={hub}",
             ),
         ]
@@ -341,7 +340,8 @@ class Member:
                 raise
         # The namespace is missing: create it (concurrent dispatches race to; fine), retry once.
         try:
-            self.core.create_namespace({"metadata": {"name": namespace}}, _request_timeout=30)
+            body = {"metadata": {"name": namespace}}
+            self.rest.call("POST", "/api/v1/namespaces", body, _request_timeout=30)
         except ApiException as err:
             if err.status != 409:
                 raise
@@ -354,25 +354,23 @@ class Member:
 
     def _create(self, namespace: str, manifest: Mapping[str, Any]) -> str:
         """Create the Job and return its uid, read from the JSON (no client model)."""
-        response = self.batch.create_namespaced_job(
-            namespace, manifest, _preload_content=False, _request_timeout=30
-        )
-        return str(json.loads(response.data)["metadata"]["uid"])
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        created = self.rest.call("POST", path, manifest, _request_timeout=30)
+        return str(created["metadata"]["uid"])
 
     def termination_messages(self, job: str) -> list[str]:
         """The termination messages of the containers of a member Job's pods (a GPU
         benchmark's result), in pod then container order; "" for one that left none."""
         try:
-            pods = self.core.list_namespaced_pod(
-                self.spec.namespace,
+            pods = self.rest.list(
+                f"/api/v1/namespaces/{self.spec.namespace}/pods",
                 label_selector=f"job-name={job}",
-                _preload_content=False,
                 _request_timeout=30,
             )
         except ApiException as err:
             raise call_failed(err) from err
         out = []
-        for pod in json.loads(pods.data).get("items") or []:
+        for pod in pods.get("items") or []:
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
                 ended = (status.get("state") or {}).get("terminated") or {}
                 out.append(str(ended.get("message") or ""))
@@ -381,9 +379,9 @@ class Member:
     def delete_job(self, name: str) -> None:
         """Delete a member Job and its pods; a missing Job counts as deleted."""
         try:
-            self.batch.delete_namespaced_job(
-                name,
-                self.spec.namespace,
+            self.rest.call(
+                "DELETE",
+                f"{self._jobs_path}/{name}",
                 propagation_policy="Background",
                 _request_timeout=30,
             )

@@ -10,12 +10,11 @@ instead of losing its rows; the caller reads again and retries. Failed calls rai
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.adapters.kube import call_failed
+from cpn.adapters.kube import JsonApi, call_failed
 from cpn.api.usage import LABEL_USAGE, configmap
 
 TIMEOUT_S = 10
@@ -28,32 +27,31 @@ class KubeUsageStore:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api = api
         self.namespace = namespace
-        self.core: Any = client.CoreV1Api(api)
+        self.core = JsonApi(api)
+        self._configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
 
     def list(self) -> list[tuple[str, dict[str, str], str]]:
         """Every usage ConfigMap as (name, data, resourceVersion)."""
         try:
-            result = self.core.list_namespaced_config_map(
-                self.namespace, label_selector=LABEL_USAGE, _request_timeout=TIMEOUT_S
+            result = self.core.list(
+                self._configmaps, label_selector=LABEL_USAGE, _request_timeout=TIMEOUT_S
             )
         except ApiException as err:
             raise call_failed(err) from err
         return [
-            (cm.metadata.name, dict(cm.data or {}), cm.metadata.resource_version)
-            for cm in result.items
+            (cm["metadata"]["name"], dict(cm.get("data") or {}), cm["metadata"]["resourceVersion"])
+            for cm in result.get("items") or []
         ]
 
     def read(self, name: str) -> tuple[dict[str, str], str]:
         """A ConfigMap's data and resourceVersion ({} and "" when there is none yet)."""
         try:
-            cm = self.core.read_namespaced_config_map(
-                name, self.namespace, _request_timeout=TIMEOUT_S
-            )
+            cm = self.core.call("GET", f"{self._configmaps}/{name}", _request_timeout=TIMEOUT_S)
         except ApiException as err:
             if err.status == 404:
                 return {}, ""
             raise call_failed(err) from err
-        return dict(cm.data or {}), cm.metadata.resource_version
+        return dict(cm.get("data") or {}), cm["metadata"]["resourceVersion"]
 
     def write(self, name: str, data: Mapping[str, str], version: str) -> None:
         """Create the ConfigMap (``version`` "") or replace it as read at ``version``; a
@@ -61,12 +59,9 @@ class KubeUsageStore:
         body = configmap(name, data, self.namespace, version)
         try:
             if version:
-                self.core.replace_namespaced_config_map(
-                    name, self.namespace, body, _request_timeout=TIMEOUT_S
-                )
+                path = f"{self._configmaps}/{name}"
+                self.core.call("PUT", path, body, _request_timeout=TIMEOUT_S)
             else:
-                self.core.create_namespaced_config_map(
-                    self.namespace, body, _request_timeout=TIMEOUT_S
-                )
+                self.core.call("POST", self._configmaps, body, _request_timeout=TIMEOUT_S)
         except ApiException as err:
             raise call_failed(err) from err
