@@ -220,7 +220,13 @@ def test_member_kubeconfig_that_runs_a_program_is_refused(hub: Hub) -> None:
         )
         assert ready["message"].startswith("kubeconfig: ")
         assert "exec" in ready["message"]
-        assert member_condition(hub, "member-a", "Ready").get("status") == "True"
+        # The others keep working (run alone, the operator may have started just now, so
+        # member-a's first condition may still be on its way: waited for, not assumed).
+        wait_until(
+            lambda: member_condition(hub, "member-a", "Ready").get("status") == "True",
+            timeout_s=60,
+            what="member-a Ready beside the refused member",
+        )
     finally:
         hub.custom.delete_cluster_custom_object("cpn.io", "v1alpha1", "memberclusters", "rogue")
         hub.core.delete_namespaced_secret("member-rogue", "cpn-system")
