@@ -126,14 +126,9 @@ class KubeHub:
         body = bounds_configmap(namespace, data)
         configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
         try:
-            self.core.call("PUT", f"{configmaps}/{BOUNDS_CONFIGMAP}", body)
+            self.core.put_or_create(configmaps, BOUNDS_CONFIGMAP, body)
         except ApiException as err:
-            if err.status != 404:
-                raise call_failed(err) from err
-            try:
-                self.core.call("POST", configmaps, body)
-            except ApiException as err2:
-                raise call_failed(err2) from err2
+            raise call_failed(err) from err
 
     def create_benchmark(self, body: Mapping[str, Any]) -> None:
         """Create a GPUBenchmark; one that exists already counts as created."""

@@ -154,6 +154,18 @@ class JsonApi:
         response.read()
         return json.loads(response.data) if response.data else None
 
+    def put_or_create(
+        self, collection: str, name: str, body: Mapping[str, Any], **kwargs: Any
+    ) -> Any:
+        """Replace object ``name`` of ``collection`` with ``body``, or create it there when
+        there is none (404)."""
+        try:
+            return self.call("PUT", f"{collection}/{name}", body, **kwargs)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        return self.call("POST", collection, body, **kwargs)
+
     def list(self, path: str, **kwargs: Any) -> Any:
         """GET a collection (or watch it: ``watch=True``)."""
         return self.call("GET", path, **kwargs)

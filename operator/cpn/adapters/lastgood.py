@@ -30,8 +30,6 @@ Saved = SavedPolicy
 
 def save(api: client.ApiClient, namespace: str, name: str, text: str, version: str) -> None:
     """Write the copy (create it, or replace what is there). Blocking: call from a thread."""
-    core = JsonApi(api)
-    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -46,12 +44,8 @@ def save(api: client.ApiClient, namespace: str, name: str, text: str, version: s
         },
         "data": {CONFIGMAP_KEY: text},
     }
-    try:
-        core.call("PUT", f"{configmaps}/{name}", body, _request_timeout=10)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        core.call("POST", configmaps, body, _request_timeout=10)
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    JsonApi(api).put_or_create(configmaps, name, body, _request_timeout=10)
 
 
 def load(api: client.ApiClient, namespace: str, name: str) -> Saved | None:
