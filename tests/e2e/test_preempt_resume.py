@@ -9,12 +9,12 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
+from cpn.api.aijob import parse_time
 from cpn.cli.devbed import wait_until
 from testbed.bed import Testbed
 from testbed.spec import FINISH_AT_ANNOTATION, RESTART_COST_ANNOTATION
@@ -150,7 +150,8 @@ class JobWatch:
 
 
 def stamp(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """An RFC 3339 time as epoch seconds (0 when absent: every check on it then fails)."""
+    return parse_time(text) or 0.0
 
 
 def since(text: str) -> float:
@@ -249,3 +250,6 @@ def test_a_long_checkpointing_job_yields_to_short_ones_and_resumes(hub: Hub) -> 
         # Its actual runtime: what the first attempt ran plus the second attempt's run.
         assert second_run == pytest.approx(completed - stamp(done["startTime"]), abs=1.5), done
         assert rest - 3.0 <= second_run <= rest + lag + 3.0, done
+        lost = attained - kept  # run by the first attempt since its last checkpoint
+        whole = WORK_S + RESTART_S + lost
+        assert whole - 3.0 <= done["actualRuntimeSeconds"] <= whole + lag + 3.0, done
