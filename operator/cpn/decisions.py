@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from cpn.core import fairshare, model, policy
+from cpn.core import model, policy
 from cpn.core.model import CyclePlan, Snapshot
 
 T = TypeVar("T")
@@ -40,9 +40,8 @@ T = TypeVar("T")
 FORMAT = 1
 EVENT = "cpn.decision"
 
-# Names the model's annotations use (QueuePolicy and Usage are imported only for type checking
-# there).
-_NAMES: dict[str, Any] = {**vars(model), **vars(policy), "Usage": fairshare.Usage}
+# Names the model's annotations use (QueuePolicy is imported only for type checking there).
+_NAMES: dict[str, Any] = {**vars(model), **vars(policy)}
 _HINTS: dict[type, dict[str, Any]] = {}
 
 

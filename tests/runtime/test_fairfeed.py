@@ -13,8 +13,8 @@ from cpn import decisions
 from cpn.api.usage import encode
 from cpn.core.accounting import DAY_S, DayUsage, Total, day_of
 from cpn.core.cycle import plan_cycle
-from cpn.core.fairshare import FairShare, Usage, standing
-from cpn.core.model import Snapshot, WaitReason
+from cpn.core.fairshare import FairShare, standing
+from cpn.core.model import Snapshot, Usage, WaitReason
 from cpn.core.policy import FairSharePolicy, GroupQuota, QueuePolicy, Quotas
 from cpn.runtime import lifecycle
 from cpn.runtime.accounting import Accounting

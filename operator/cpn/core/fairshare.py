@@ -48,10 +48,11 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from cpn.core.formula import compile_formula
-from cpn.core.model import Job, Running, Snapshot
+from cpn.core.model import Job, Running, Snapshot, Usage
 from cpn.core.policy import QueuePolicy
 
 LN2 = math.log(2.0)
+
 #: Rescale the frame once ``(t - T0) / H`` passes this (2^512 is far below float64's max).
 REBASE_EXPONENT = 512.0
 #: The level name of an over-budget job under ``over_budget: lowest``.
@@ -96,30 +97,6 @@ def _frame_gpu_s(
     if high - low < 1.0:  # short: expm1 keeps the digits a difference would lose
         return gpus / rate * math.exp(low) * math.expm1(high - low)
     return gpus / rate * (math.exp(high) - math.exp(low))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    """What the cycle needs of past usage: frozen, carried by the snapshot.
-
-    ``groups`` and ``users`` (key ``group/user``) hold decayed GPU-seconds of finished
-    attempts in the frame of ``origin_s`` (multiply by ``2^(-(t - origin_s)/H)`` for the
-    value at ``t``); ``period_gpu_s`` the GPU-seconds each group's finished attempts used
-    in the budget period that starts at ``period_start_s``.
-    """
-
-    half_life_s: float
-    origin_s: float = 0.0
-    groups: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    users: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    period: str = "month"
-    period_start_s: float = -math.inf
-    period_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-
-    def decayed_gpu_s(self, key: str, at_s: float, *, user: bool = False) -> float:
-        """A group's (or user's) decayed GPU-seconds of finished attempts at ``at_s``."""
-        value = (self.users if user else self.groups).get(key, 0.0)
-        return float(value * math.exp(-(at_s - self.origin_s) * LN2 / self.half_life_s))
 
 
 class FairShare:

@@ -12,6 +12,7 @@ operator and seconds from the trace's start in the simulator.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,7 +20,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cpn.core.fairshare import Usage
     from cpn.core.policy import QueuePolicy
 
 
@@ -216,6 +216,30 @@ class Running:
     start_s: float
     predicted_end_s: float
     alone: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """What the cycle needs of past usage: frozen, carried by the snapshot.
+
+    ``groups`` and ``users`` (key ``group/user``) hold decayed GPU-seconds of finished
+    attempts in the frame of ``origin_s`` (multiply by ``2^(-(t - origin_s)/H)`` for the
+    value at ``t``); ``period_gpu_s`` the GPU-seconds each group's finished attempts used
+    in the budget period that starts at ``period_start_s``.
+    """
+
+    half_life_s: float
+    origin_s: float = 0.0
+    groups: Mapping[str, float] = field(default_factory=frozen_map)
+    users: Mapping[str, float] = field(default_factory=frozen_map)
+    period: str = "month"
+    period_start_s: float = -math.inf
+    period_gpu_s: Mapping[str, float] = field(default_factory=frozen_map)
+
+    def decayed_gpu_s(self, key: str, at_s: float, *, user: bool = False) -> float:
+        """A group's (or user's) decayed GPU-seconds of finished attempts at ``at_s``."""
+        value = (self.users if user else self.groups).get(key, 0.0)
+        return float(value * math.exp(-(at_s - self.origin_s) * math.log(2.0) / self.half_life_s))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

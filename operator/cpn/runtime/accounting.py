@@ -49,7 +49,7 @@ from cpn.core.accounting import (
     rolled_up,
     run_record,
 )
-from cpn.core.fairshare import Usage
+from cpn.core.model import Usage
 from cpn.core.policy import QueuePolicy
 from cpn.runtime.fairfeed import FairFeed
 from cpn.runtime.ports import describe

@@ -33,8 +33,8 @@ import math
 from collections.abc import Iterable
 
 from cpn.core.accounting import DAY_S, Archive, DayUsage, UsageRecord, day_start_s, month_bounds_s
-from cpn.core.fairshare import FairShare, Usage, standing
-from cpn.core.model import Snapshot
+from cpn.core.fairshare import FairShare, standing
+from cpn.core.model import Snapshot, Usage
 from cpn.core.policy import QueuePolicy
 
 log = logging.getLogger(__name__)
