@@ -16,6 +16,7 @@ is not running), ``down`` stops every process it recorded.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -103,6 +104,28 @@ class TestbedError(RuntimeError):
     """The bed could not be brought up; the message names the component and its log."""
 
     __test__ = False  # not a pytest class
+
+
+_FILE_KEYS = {
+    "certificate-authority": "certificate-authority-data",
+    "client-certificate": "client-certificate-data",
+    "client-key": "client-key-data",
+}
+
+
+def embedded_kubeconfig(path: Path) -> str:
+    """The kubeconfig at ``path`` (the bed's name their certificates by file) with every
+    referenced file inlined, so it can live in a Secret."""
+    doc = yaml.safe_load(path.read_text())
+    for section in ("clusters", "users"):
+        for entry in doc.get(section) or []:
+            body = entry.get("cluster") or entry.get("user") or {}
+            for file_key, data_key in _FILE_KEYS.items():
+                if file_key in body:
+                    body[data_key] = base64.b64encode(
+                        Path(body.pop(file_key)).read_bytes()
+                    ).decode()
+    return str(yaml.safe_dump(doc, sort_keys=False))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

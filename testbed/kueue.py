@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from testbed import procs
-from testbed.bed import TestbedError
+from testbed.bed import TestbedError, embedded_kubeconfig
 from testbed.binaries import MissingBinaryError, cache_dir, cache_key
 
 KUEUE_DIR = Path(__file__).with_name("kueue")
@@ -175,7 +175,7 @@ def queue_objects(tb: Any, cluster: str) -> list[dict[str, Any]]:
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": {"name": f"kueue-{m}", "namespace": NAMESPACE},
-                "stringData": {"kubeconfig": _embedded_kubeconfig(tb.kubeconfig(m))},
+                "stringData": {"kubeconfig": embedded_kubeconfig(tb.kubeconfig(m))},
             }
             for m in tb.members
         ]
@@ -228,12 +228,6 @@ def queue_objects(tb: Any, cluster: str) -> list[dict[str, Any]]:
         cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": ADMISSION_CHECK}]}
     docs.append(cq)
     return docs
-
-
-def _embedded_kubeconfig(path: Path) -> str:
-    from cpn.cli.devbed import embedded_kubeconfig
-
-    return embedded_kubeconfig(path)
 
 
 # ---------------------------------------------------------------------- processes

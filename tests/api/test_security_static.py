@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cpn.api.kubeconfig import kubeconfig_problems
-from cpn.cli.devbed import embedded_kubeconfig
+from testbed.bed import embedded_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CREDENTIAL_WORDS = ("token", "password", "secret", "cert", "key", "kubeconfig", "auth", "bearer")

@@ -8,7 +8,6 @@ member, and the policy ConfigMap.
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import sys
@@ -18,33 +17,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cpn.adapters.hubsetup import register
+from testbed.bed import embedded_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[3]
 CRDS = ROOT / "crds"
 DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
 NAMESPACE = "cpn-system"
-_FILE_KEYS = {
-    "certificate-authority": "certificate-authority-data",
-    "client-certificate": "client-certificate-data",
-    "client-key": "client-key-data",
-}
-
-
-def embedded_kubeconfig(path: Path) -> str:
-    """The kubeconfig with every referenced file inlined (so it can live in a Secret)."""
-    doc = yaml.safe_load(path.read_text())
-    for section in ("clusters", "users"):
-        for entry in doc.get(section) or []:
-            body = entry.get("cluster") or entry.get("user") or {}
-            for file_key, data_key in _FILE_KEYS.items():
-                if file_key in body:
-                    body[data_key] = base64.b64encode(
-                        Path(body.pop(file_key)).read_bytes()
-                    ).decode()
-    return str(yaml.safe_dump(doc, sort_keys=False))
 
 
 def policy_configmap(policy_yaml: str, namespace: str = NAMESPACE) -> dict[str, Any]:
