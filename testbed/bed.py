@@ -114,7 +114,7 @@ _FILE_KEYS = {
 
 
 def embedded_kubeconfig(path: Path) -> str:
-    """The kubeconfig at ``path`` (the bed's name their certificates by file) with every
+    """The kubeconfig at ``path`` (the bed's kubeconfigs name their certificates by file) with every
     referenced file inlined, so it can live in a Secret."""
     doc = yaml.safe_load(path.read_text())
     for section in ("clusters", "users"):

@@ -48,10 +48,8 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from cpn.core.formula import compile_formula
-from cpn.core.model import Job, Running, Snapshot, Usage
+from cpn.core.model import LN2, Job, Running, Snapshot, Usage
 from cpn.core.policy import QueuePolicy
-
-LN2 = math.log(2.0)
 
 #: Rescale the frame once ``(t - T0) / H`` passes this (2^512 is far below float64's max).
 REBASE_EXPONENT = 512.0

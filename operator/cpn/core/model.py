@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from cpn.core.policy import QueuePolicy
 
 
+#: ln 2: decayed usage halves every half-life (``2^-x = exp(-x ln 2)``).
+LN2 = math.log(2.0)
+
+
 def frozen_map(values: Mapping[str, float] | None = None) -> Mapping[str, float]:
     """Return a read-only copy of ``values``."""
     return MappingProxyType(dict(values or {}))
@@ -239,7 +243,7 @@ class Usage:
     def decayed_gpu_s(self, key: str, at_s: float, *, user: bool = False) -> float:
         """A group's (or user's) decayed GPU-seconds of finished attempts at ``at_s``."""
         value = (self.users if user else self.groups).get(key, 0.0)
-        return float(value * math.exp(-(at_s - self.origin_s) * math.log(2.0) / self.half_life_s))
+        return float(value * math.exp(-(at_s - self.origin_s) * LN2 / self.half_life_s))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
