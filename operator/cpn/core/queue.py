@@ -86,8 +86,11 @@ def runtime_for_order(job: Job, gpu_types: frozenset[str], *, gittins: bool = Fa
 
     For a job that has run before (attained service from earlier attempts), the median of
     its runtime law given that it already ran that long (:mod:`cpn.core.runtime_law`),
-    less what a checkpoint kept: a job that outlives its estimate is no longer taken
-    for a short one, so it cannot stay ahead of short jobs forever. With ``gittins``
+    less that service if the job checkpoints: a job that outlives its estimate is no
+    longer taken for a short one, so it cannot stay ahead of short jobs forever. All its
+    service is taken off, not only what its checkpoints kept: the lost part works as the
+    least-attained-service credit a preempted job earns back (subtracting only the kept
+    part was measured worse: docs/results.md, "Why philly-nov-a's bad seeds"). With ``gittins``
     (``preemption.gittins``, preemption on) a job that checkpoints, and so may be
     stopped, is ranked by its law's inverse Gittins index at its attained service instead.
     """
