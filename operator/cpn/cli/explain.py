@@ -9,9 +9,11 @@ with what each would have cost. The namespace: ``-n``, else ``NAMESPACE/NAME``, 
 the kubeconfig context's.
 
 ``--log DECISIONS...`` replays the operator's decision log instead
-(``CPN_DECISION_LOG``): the last cycle in which the job was pending, with the job's
-score and the terms of the formula, the quotas it uses, and every candidate cluster and
-GPU type with predicted runtime, transfer time, earliest start and completion time.
+(``CPN_DECISION_LOG``), or a simulated run's (``cpn simulate --decisions``, whose jobs are
+named by their trace ids): the last cycle in which the job was pending (``--at``: at or
+before that instant of the log's clock), with the job's score and the terms of the
+formula, the quotas it uses, and every candidate cluster and GPU type with predicted
+runtime, transfer time, earliest start and completion time.
 """
 
 from __future__ import annotations
@@ -199,18 +201,34 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--log", nargs="+", type=Path, help="replay decision log file(s), oldest first"
     )
+    parser.add_argument(
+        "--at",
+        type=float,
+        metavar="SECONDS",
+        help="with --log: the last cycle at or before this instant of the log's clock "
+        "(Unix seconds for the operator's log, seconds from the trace's start for "
+        "`cpn simulate --decisions`)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(list(argv))
     if not args.log:
+        if args.at is not None:
+            parser.error("--at reads a decision log: give --log")
         return _live(args)
     namespace, name = _target(args.job, args.namespace, args.kubeconfig)
     key = f"{namespace}/{name}"
+    # A simulated job's key is its trace id, with no namespace: a bare name matches it too.
+    keys = {key} if "/" in args.job or args.namespace else {key, args.job}
     last = None
     for decision in read_log(*args.log):
-        if any(j.key == key for j in decision.snapshot.pending):
-            last = decision
+        if args.at is not None and decision.snapshot.now_s > args.at:
+            break  # the log is in time order (files oldest first)
+        found_key = next((j.key for j in decision.snapshot.pending if j.key in keys), None)
+        if found_key is not None:
+            last, key = decision, found_key
     if last is None:
-        print(f"cpn explain: {key} was not pending in any cycle of the log", file=sys.stderr)
+        when = "" if args.at is None else f" at or before {args.at:g} s"
+        print(f"cpn explain: {key} was not pending in any cycle of the log{when}", file=sys.stderr)
         return 1
     found = explain(last.snapshot, last.plan, key)
     if args.json:

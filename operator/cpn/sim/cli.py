@@ -7,6 +7,7 @@
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
                  [--eta [--eta-max-cycles N] [--eta-every N]]
                  [--locality aware|blind|both] [--cache-gb GB] [--by-group]
+                 [--decisions FILE]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
@@ -31,6 +32,10 @@ member's data cache (``data.default_cache_gb``). ``datasets`` writes a data-shar
 trace: one dataset per job, by the law of :mod:`cpn.sim.datatrace`. ``--by-group`` adds
 ``by_group`` to each policy's metrics (:mod:`cpn.sim.groups`): the group that submitted
 the most work, its average wait and the other groups' (fair share's measure).
+``--decisions FILE`` writes the run's decision log, every cycle's snapshot and plan in
+the operator's format (:mod:`cpn.decisions`; about 50 KB a cycle on the Philly windows):
+``cpn explain JOB --log FILE --at SECONDS`` tells why a job waited at that simulated
+instant, ``cpn replay FILE`` plans every cycle again.
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -47,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpn.core.errors import CpnError
 from cpn.core.policy import QueuePolicy
+from cpn.decisions import DecisionLog
 
 if TYPE_CHECKING:
     from cpn.sim.trace import TraceJob
@@ -128,6 +134,13 @@ def _main_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add waits per group: the dominant group's (most work submitted) and the others'",
     )
+    p.add_argument(
+        "--decisions",
+        type=Path,
+        help="write the run's decision log to this file (overwritten; one policy only): "
+        "every cycle's snapshot and plan, as the operator logs them, for `cpn explain "
+        "JOB --log FILE [--at SECONDS]` and `cpn replay FILE`",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -167,6 +180,12 @@ def _progress(enabled: bool, total: int, desc: str) -> tuple[Callable[[int], Non
     return bar.update, bar
 
 
+def _decision_log(path: Path) -> DecisionLog:
+    """A fresh decision log at ``path``, never rotated (a run's log is read whole)."""
+    path.unlink(missing_ok=True)
+    return DecisionLog(str(path), max_bytes=0, backups=0)
+
+
 def _simulate(argv: Sequence[str]) -> int:
     args = _main_parser().parse_args(list(argv))
     from cpn.sim import report
@@ -187,12 +206,16 @@ def _simulate(argv: Sequence[str]) -> int:
     except (CpnError, KeyError, OSError) as exc:
         print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
         return 2
+    if args.decisions is not None and len(policies) != 1:
+        print("cpn simulate: --decisions records one policy's run: name one", file=sys.stderr)
+        return 2
     max_cycles = args.eta_max_cycles or DEFAULT_ETA_MAX_CYCLES
     if max_cycles < 1 or args.eta_every < 1:
         print("cpn simulate: --eta-max-cycles and --eta-every must be at least 1", file=sys.stderr)
         return 2
     show = not args.json and not args.no_progress and sys.stderr.isatty() and len(trace) >= 200
     results: dict[str, SimResult] = {}
+    log = _decision_log(args.decisions) if args.decisions is not None else None
     for name, policy in policies:
         update, bar = _progress(show, len(trace), name)
         try:
@@ -212,6 +235,7 @@ def _simulate(argv: Sequence[str]) -> int:
                 eta_arrivals_s=args.eta_arrivals_h * 3600.0 if args.eta_arrivals_h else None,
                 checkpointable=args.checkpointable,
                 unlabelled=args.unlabelled,
+                on_cycle=log.write if log is not None else None,
             )
         except CpnError as exc:
             print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)
@@ -219,6 +243,8 @@ def _simulate(argv: Sequence[str]) -> int:
         finally:
             if bar is not None:
                 bar.close()
+            if log is not None:
+                log.close()
     rows = {name: report.metrics(result) for name, result in results.items()}
     if args.by_group:
         from cpn.sim.groups import by_group

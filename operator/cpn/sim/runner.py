@@ -11,7 +11,7 @@ from cpn.sim.estimators import make_estimator
 from cpn.sim.jobs import truth_for
 from cpn.sim.records import SimResult
 from cpn.sim.trace import TraceJob
-from cpn.sim.world import PlanFn, World
+from cpn.sim.world import CycleRecorder, PlanFn, World
 
 #: Cycle interval used for preemptive policies when none is given (seconds).
 DEFAULT_TICK_S = 300.0
@@ -57,6 +57,7 @@ def simulate(
     eta_arrivals_s: float | None = None,
     checkpointable: float = 0.0,
     unlabelled: bool = False,
+    on_cycle: CycleRecorder | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``clusters`` under ``policy`` with the named estimator.
 
@@ -67,7 +68,8 @@ def simulate(
     ``eta_every`` = k only every k-th admitted job is projected; with ``eta_arrivals_s``
     projections expect that window's submissions to recur). ``checkpointable`` is the
     share of jobs that checkpoint where the trace does not say; ``unlabelled`` hides
-    each job's model and declared work from the scheduler (see :class:`World`).
+    each job's model and declared work from the scheduler (see :class:`World`);
+    ``on_cycle`` sees every cycle (the decision log: ``cpn simulate --decisions``).
     """
     name = name or policy.name
     truth = truth_for(trace, clusters.reference_gpu)
@@ -97,5 +99,6 @@ def simulate(
         checkpointable=checkpointable,
         unlabelled=unlabelled,
         seed=seed,
+        on_cycle=on_cycle,
     )
     return world.run()

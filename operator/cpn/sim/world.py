@@ -53,6 +53,9 @@ ProjectFn = Callable[..., Mapping[str, Projection]]
 #: Windows of past submissions a projection expects again (``eta_arrivals_s``).
 ETA_ARRIVAL_REPEATS = 10
 TransferFn = Callable[[Job, str, Snapshot], float | None]
+#: (cycle, wall seconds, snapshot, plan) of every cycle: the operator's decision log
+#: (:meth:`cpn.decisions.DecisionLog.write`) takes exactly this.
+CycleRecorder = Callable[[int, float, Snapshot, CyclePlan], None]
 
 # Event kinds, in the order they are handled within one instant.
 _COMPLETE, _ARRIVE, _WAKE, _TICK = 0, 1, 2, 3
@@ -146,6 +149,9 @@ class World:
     run yet gets the better estimate as soon as a job of its model finished, and a
     running one a better predicted end. Estimators that learn nothing (``learns = False``: oracle,
     noisy, user) are never asked twice.
+
+    ``on_cycle`` is called with every cycle's number, planning time, snapshot and plan, as
+    the operator writes them to its decision log (``cpn simulate --decisions``).
     """
 
     def __init__(
@@ -173,6 +179,7 @@ class World:
         eta_calibration: CalibrationConfig | None = None,
         project: ProjectFn | None = None,
         reestimate: bool = True,
+        on_cycle: CycleRecorder | None = None,
     ) -> None:
         if tick_s is not None and tick_s <= 0:
             raise ValueError("tick_s must be positive")
@@ -231,6 +238,7 @@ class World:
         self._submitted: list[Job] = []
         self._admitted = 0
         self.project = project or _default_project
+        self.on_cycle = on_cycle
         self._unprojected: list[str] = []  # arrived jobs awaiting their first ETA
         self._eta_calls = 0
         self._eta_wall_s = 0.0
@@ -444,8 +452,11 @@ class World:
         snapshot = self.snapshot()
         started = time.perf_counter()
         plan = self.plan(snapshot)
-        self._plan_wall_s += time.perf_counter() - started
+        wall_s = time.perf_counter() - started
+        self._plan_wall_s += wall_s
         self._cycles += 1
+        if self.on_cycle is not None:
+            self.on_cycle(self._cycles, wall_s, snapshot, plan)
         self.apply(plan, snapshot)
 
     def _first_etas(self) -> None:

@@ -1,0 +1,110 @@
+"""``cpn simulate --decisions``: a simulated run's decision log, in the operator's format,
+read by ``cpn replay`` and ``cpn explain --log [--at]``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from simkit import DATA
+
+from cpn.cli.main import main as cpn
+from cpn.decisions import read_log
+from cpn.sim.cli import main as simulate
+
+BASE = [
+    "--trace",
+    str(DATA / "tiny.csv"),
+    "--clusters",
+    str(DATA / "small-clusters.yaml"),
+    "--json",
+]
+#: Figures of the run itself, not of how long the machine took.
+TIMINGS = {"wall_s", "plan_wall_s"}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    assert simulate([*BASE, *args]) == 0
+    metrics: dict[str, object] = json.loads(capsys.readouterr().out)
+    return metrics
+
+
+def test_the_log_holds_every_cycle_and_replays_with_no_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One record per cycle, in order, with the run's preemptions; plan_cycle run again on
+    each logged snapshot makes the logged plan (the simulator plans as the operator does)."""
+    log = tmp_path / "decisions.jsonl"
+    metrics = run(capsys, "--policy", "default", "--checkpointable", "1", "--decisions", str(log))
+    decisions = list(read_log(log))
+    assert [d.cycle for d in decisions] == list(range(1, int(str(metrics["cycles"])) + 1))
+    times = [d.snapshot.now_s for d in decisions]
+    assert times == sorted(times)
+    assert sum(len(d.plan.preemptions) for d in decisions) == metrics["preemptions"]
+    assert sum(len(d.plan.starts) for d in decisions) >= int(str(metrics["jobs"]))
+    assert cpn(["replay", str(log)]) == 0
+    assert "0 differing decisions" in capsys.readouterr().out
+
+
+def test_recording_changes_no_decision_and_a_new_run_overwrites_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "decisions.jsonl"
+    plain = run(capsys, "--policy", "default", "--checkpointable", "1")
+    logged = run(capsys, "--policy", "default", "--checkpointable", "1", "--decisions", str(log))
+    assert {k: v for k, v in logged.items() if k not in TIMINGS} == {
+        k: v for k, v in plain.items() if k not in TIMINGS
+    }
+    again = run(capsys, "--policy", "fifo", "--decisions", str(log))
+    assert len(list(read_log(log))) == again["cycles"] != logged["cycles"]
+
+
+def test_several_policies_are_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "decisions.jsonl"
+    assert simulate([*BASE, "--policy", "fifo,default", "--decisions", str(log)]) == 2
+    assert "--decisions records one policy's run" in capsys.readouterr().err
+    assert not log.exists()
+
+
+def test_explain_at_an_instant_tells_why_a_simulated_job_waited_then(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job that waited several cycles: ``--at`` picks the last cycle at or before the
+    instant, by the trace's own job id; before the job was submitted there is none."""
+    log = tmp_path / "decisions.jsonl"
+    run(capsys, "--policy", "fifo", "--decisions", str(log))
+    decisions = list(read_log(log))
+    waits: dict[str, list[tuple[int, float]]] = {}  # cycles in which each job was held
+    pending: dict[str, int] = {}  # the last cycle in which each job was pending
+    for d in decisions:
+        held = {h.job_key for h in d.plan.holds}
+        for job in d.snapshot.pending:
+            pending[job.key] = d.cycle
+            if job.key in held:
+                waits.setdefault(job.key, []).append((d.cycle, d.snapshot.now_s))
+    key, cycles = max(waits.items(), key=lambda kv: len(kv[1]))
+    assert len(cycles) >= 3 and "/" not in key
+    now, last = cycles[len(cycles) // 2][1], pending[key]
+    cycle = max(d.cycle for d in decisions if d.snapshot.now_s <= now)  # the log's order
+
+    assert cpn(["explain", key, "--log", str(log), "--at", f"{now!r}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{key}: waiting (") and f"in cycle {cycle}\n" in out
+    assert "\n  why: " in out and "candidates" in out
+
+    assert cpn(["explain", key, "--log", str(log)]) == 0
+    assert f"in cycle {last}\n" in capsys.readouterr().out
+
+    assert cpn(["explain", key, "--log", str(log), "--at", str(cycles[0][1] - 1.0)]) == 1
+    err = capsys.readouterr().err
+    assert "was not pending in any cycle of the log at or before" in err
+
+
+def test_at_without_a_log_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cpn(["explain", "some-job", "--at", "100"])
+    assert exit_.value.code == 2
+    assert "--at reads a decision log" in capsys.readouterr().err
