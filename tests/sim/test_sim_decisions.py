@@ -4,6 +4,7 @@ read by ``cpn replay`` and ``cpn explain --log [--at]``."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,10 @@ def test_explain_at_an_instant_tells_why_a_simulated_job_waited_then(
     assert out.startswith(f"{key}: waiting (") and f"in cycle {cycle}\n" in out
     assert "\n  why: " in out and "candidates" in out
 
+    iso = datetime.fromtimestamp(now, UTC).isoformat()  # the same instant, as a time
+    assert cpn(["explain", key, "--log", str(log), "--at", iso]) == 0
+    assert f"in cycle {cycle}\n" in capsys.readouterr().out
+
     assert cpn(["explain", key, "--log", str(log)]) == 0
     assert f"in cycle {last}\n" in capsys.readouterr().out
 
@@ -103,8 +108,17 @@ def test_explain_at_an_instant_tells_why_a_simulated_job_waited_then(
     assert "was not pending in any cycle of the log at or before" in err
 
 
-def test_at_without_a_log_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--at", "100"], "--at reads a decision log"),
+        (["--log", "x.jsonl", "--at", "yesterday"], "'yesterday' is neither seconds nor an ISO"),
+    ],
+)
+def test_bad_at_is_refused(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_:
-        cpn(["explain", "some-job", "--at", "100"])
+        cpn(["explain", "some-job", *args])
     assert exit_.value.code == 2
-    assert "--at reads a decision log" in capsys.readouterr().err
+    assert message in capsys.readouterr().err

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,22 @@ def _live(args: argparse.Namespace) -> int:
     return 0
 
 
+def _instant(text: str) -> float:
+    """``--at``: seconds as given, or an ISO 8601 time as Unix seconds (UTC unless it
+    names its zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither seconds nor an ISO 8601 time (2026-12-07T14:05:00Z)"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cpn explain",
@@ -203,11 +220,11 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--at",
-        type=float,
-        metavar="SECONDS",
-        help="with --log: the last cycle at or before this instant of the log's clock "
-        "(Unix seconds for the operator's log, seconds from the trace's start for "
-        "`cpn simulate --decisions`)",
+        type=_instant,
+        metavar="WHEN",
+        help="with --log: the last cycle at or before this instant of the log's clock: "
+        "seconds (Unix time for the operator's log, from the trace's start for "
+        "`cpn simulate --decisions`) or an ISO 8601 time such as 2026-12-07T14:05:00Z",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(list(argv))
