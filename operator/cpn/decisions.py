@@ -25,7 +25,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -170,11 +170,16 @@ def parse_record(line: str) -> Decision | None:
     )
 
 
-def read_log(*paths: Path) -> Iterator[Decision]:
-    """Every decision of the given files, in file order (other lines are skipped)."""
+def read_log(*paths: Path, mentioning: Collection[str] = ()) -> Iterator[Decision]:
+    """Every decision of the given files, in file order (other lines are skipped). With
+    ``mentioning``, only the records whose line holds one of these strings as JSON writes
+    them (a job's key, say): the others are not decoded, which is most of the work."""
+    needles = [json.dumps(text)[1:-1] for text in mentioning]
     for path in paths:
         with path.open(encoding="utf-8") as lines:
             for line in lines:
+                if needles and not any(needle in line for needle in needles):
+                    continue
                 found = parse_record(line)
                 if found is not None:
                     yield found

@@ -181,3 +181,19 @@ def test_lines_that_are_not_decisions_are_skipped(tmp_path: Path) -> None:
         + "\n"
     )
     assert [d.cycle for d in read_log(path)] == [3]
+
+
+def test_reading_only_the_records_that_mention_a_job(tmp_path: Path) -> None:
+    """``mentioning`` keeps the records whose line names one of the strings, as JSON writes
+    it (escapes included), and skips the rest undecoded; none given: every record."""
+    path = tmp_path / "decisions.jsonl"
+    log = DecisionLog(str(path))
+    east = cluster("east", nodes("east", 1))
+    for number, key in enumerate(["ns/a", "ns/b", "équipe/c", "ns/a"], start=1):
+        snap = snapshot(jobs=[job(key)], clusters=[east])
+        log.write(number, 0.01, snap, plan_cycle(snap))
+    log.close()
+    assert [d.cycle for d in read_log(path, mentioning=["ns/a"])] == [1, 4]
+    assert [d.cycle for d in read_log(path, mentioning=["ns/b", "équipe/c"])] == [2, 3]
+    assert [d.cycle for d in read_log(path, mentioning=["ns/z"])] == []
+    assert [d.cycle for d in read_log(path)] == [1, 2, 3, 4]

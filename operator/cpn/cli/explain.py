@@ -237,7 +237,7 @@ def main(argv: Sequence[str]) -> int:
     # A simulated job's key is its trace id, with no namespace: a bare name matches it too.
     keys = {key} if "/" in args.job or args.namespace else {key, args.job}
     last = None
-    for decision in read_log(*args.log):
+    for decision in read_log(*args.log, mentioning=keys):
         if args.at is not None and decision.snapshot.now_s > args.at:
             break  # the log is in time order (files oldest first)
         found_key = next((j.key for j in decision.snapshot.pending if j.key in keys), None)
