@@ -77,6 +77,10 @@ def test_the_reservation_stops_the_job_that_backfilled_its_room_when_it_starts(c
         snapshot(jobs=[_big()], clusters=[c], running_jobs=[ck], now_s=later, policy=_policy(claim))
     )
     assert [(p.job_key, p.for_key) for p in plan.preemptions] == ([("ck", "big")] if claim else [])
+    assert all(
+        p.reason == "preempted for big, whose reservation claims the room this job started on"
+        for p in plan.preemptions
+    )
     if not claim:
         big = next(h for h in plan.holds if h.job_key == "big")
         assert big.reserved_start_s == pytest.approx(NOW + 40_000)

@@ -52,6 +52,12 @@ def test_the_overdue_head_preempts_a_checkpointing_job_that_ranks_above_it(for_o
     )  # fmt: skip
     got = [(p.job_key, p.for_key) for p in plan.preemptions]
     assert got == ([("short", "old8")] if for_overdue else [])
+    # What the stopped job's status says: not "higher-ranked", which old8 is not.
+    assert [p.reason for p in plan.preemptions] == (
+        ["preempted for old8, which has waited past its wait bound and reserved this room"]
+        if for_overdue
+        else []
+    )
 
 
 def test_a_job_that_does_not_checkpoint_is_never_stopped():

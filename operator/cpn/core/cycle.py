@@ -28,7 +28,9 @@ One cycle, in order:
    greedy one is not already optimal.
    Under ``placement.first_of_model_alone`` a job of a model never seen runs alone
    on its nodes (:mod:`cpn.core.alone`, applied by the capacity).
-5. Optionally preempt lower-ranked running jobs for blocked higher-ranked ones.
+5. Optionally preempt lower-ranked running jobs for blocked higher-ranked ones, and
+   (``preemption.for_overdue``, ``claim``) for a job past its wait bound or a
+   reservation claiming its room (:mod:`cpn.core.preemption`).
 6. Every job that does not start gets a :class:`~cpn.core.model.Hold` with a
    reason and a message a researcher can read.
 """

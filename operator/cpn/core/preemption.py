@@ -220,7 +220,11 @@ def choose_preemptions(
                         Preempt(
                             job_key=victim_key,
                             for_key=item.job.key,
-                            reason=reasons.preempted_for(item.job.key),
+                            reason=(
+                                reasons.preempted_for_overdue(item.job.key)
+                                if overdue
+                                else reasons.preempted_for(item.job.key)
+                            ),
                         )
                     )
                 break
@@ -345,6 +349,6 @@ def claim_preemptions(
         capacity.take(res.job, res.key, nodes)
         for victim in chosen:
             gone.add(victim.job.key)
-            reason = reasons.preempted_for(res.job_key)
+            reason = reasons.preempted_for_claim(res.job_key)
             out.append(Preempt(job_key=victim.job.key, for_key=res.job_key, reason=reason))
     return tuple(out)

@@ -108,6 +108,16 @@ def preempted_for(key: str) -> str:
     return f"preempted for higher-ranked {key}"
 
 
+def preempted_for_overdue(key: str) -> str:
+    """The overdue head's preemption (``preemption.for_overdue``): not for rank."""
+    return f"preempted for {key}, which has waited past its wait bound and reserved this room"
+
+
+def preempted_for_claim(key: str) -> str:
+    """A reservation claiming its room back (``preemption.claim``): not for rank."""
+    return f"preempted for {key}, whose reservation claims the room this job started on"
+
+
 def over_quota(label: str, used: float, limit: float, gpus: float) -> str:
     return f"quota of {label}: {used:g} of {limit:g} GPUs in use, job needs {gpus:g}"
 

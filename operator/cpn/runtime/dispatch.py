@@ -144,9 +144,9 @@ class Dispatching:
         self.writer.write_all_soon()
 
     async def _preempt(self, record: Record, why: str) -> None:
-        """Stop a running job for a higher-ranked one: book its service and checkpoint,
-        delete its member Job and requeue it; it is not placed again before that Job is
-        gone (one member Job at a time, see :meth:`drained`)."""
+        """Stop a running job the plan preempts (``why``: for whom and by which rule): book
+        its service and checkpoint, delete its member Job and requeue it; it is not placed
+        again before that Job is gone (one member Job at a time, see :meth:`drained`)."""
         inflight = self.state.inflight.get(record.key)
         if inflight is not None:
             await inflight  # delete what the create made, not before it lands

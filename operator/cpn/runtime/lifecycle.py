@@ -216,8 +216,9 @@ def suspended(record: Record) -> Step:
 
 
 def preempted(record: Record, why: str, lost_s: float) -> Step:
-    """Stopped for a higher-ranked job (its service and checkpoint already booked by
-    :func:`cpn.runtime.store.preempted`): requeued, to resume from its checkpoint."""
+    """Stopped for another job, ``why`` saying which and by which rule (its service and
+    checkpoint already booked by :func:`cpn.runtime.store.preempted`): requeued, to resume
+    from its checkpoint."""
     message = (
         f"{why} (preemption {record.preemptions}): it resumes from its checkpoint at "
         f"{human_duration(record.checkpointed_s) or '0s'} of compute; "
