@@ -61,6 +61,48 @@ def test_recording_changes_no_decision_and_a_new_run_overwrites_the_log(
     assert len(list(read_log(log))) == again["cycles"] != logged["cycles"]
 
 
+def test_a_window_keeps_exactly_the_cycles_inside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, part = tmp_path / "whole.jsonl", tmp_path / "part.jsonl"
+    run(capsys, "--policy", "fifo", "--decisions", str(whole))
+    times = [d.snapshot.now_s for d in read_log(whole)]
+    low, high = times[len(times) // 4], times[len(times) // 2]
+    run(
+        capsys,
+        "--policy",
+        "fifo",
+        "--decisions",
+        str(part),
+        "--decisions-window",
+        f"{low!r},{high!r}",
+    )
+    kept = [(d.cycle, d.snapshot.now_s) for d in read_log(part)]
+    expected = [
+        (d.cycle, d.snapshot.now_s) for d in read_log(whole) if low <= d.snapshot.now_s <= high
+    ]
+    assert kept == expected and 0 < len(kept) < len(times)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--decisions-window", "0,10"], "--decisions-window needs --decisions"),
+        (["--decisions", "x.jsonl", "--decisions-window", "10,0"], "FROM is after UNTIL"),
+        (["--decisions", "x.jsonl", "--decisions-window", "soon"], "is not FROM,UNTIL"),
+    ],
+)
+def test_a_bad_window_is_refused(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = simulate([*BASE, "--policy", "fifo", *args])
+    except SystemExit as exit_:  # argparse refuses what it cannot parse
+        code = int(str(exit_.code))
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_several_policies_are_refused_and_nothing_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,7 +7,7 @@
                  [--tick-s S] [--out DIR] [--report DIR] [--json]
                  [--eta [--eta-max-cycles N] [--eta-every N]]
                  [--locality aware|blind|both] [--cache-gb GB] [--by-group]
-                 [--decisions FILE]
+                 [--decisions FILE [--decisions-window FROM,UNTIL]]
     cpn simulate convert gavel FILE.trace... --out DIR [--reference-gpu V100]
     cpn simulate convert tiresias 60_job.csv --out FILE.csv
     cpn simulate generate --jobs N [--rate-per-h R] [--seed N] [--reference-gpu G]
@@ -35,7 +35,8 @@ the most work, its average wait and the other groups' (fair share's measure).
 ``--decisions FILE`` writes the run's decision log, every cycle's snapshot and plan in
 the operator's format (:mod:`cpn.decisions`; about 50 KB a cycle on the Philly windows):
 ``cpn explain JOB --log FILE --at SECONDS`` tells why a job waited at that simulated
-instant, ``cpn replay FILE`` plans every cycle again.
+instant, ``cpn replay FILE`` plans every cycle again; ``--decisions-window`` keeps only the
+cycles of that span of simulated seconds (Gavel's long traces log gigabytes whole).
 Exit codes: 0 ok, 2 bad input (the message names the file, row or field).
 """
 
@@ -55,7 +56,9 @@ from cpn.core.policy import QueuePolicy
 from cpn.decisions import DecisionLog
 
 if TYPE_CHECKING:
+    from cpn.core.model import CyclePlan, Snapshot
     from cpn.sim.trace import TraceJob
+    from cpn.sim.world import CycleRecorder
 from cpn.sim.estimators import ESTIMATORS
 
 
@@ -141,6 +144,13 @@ def _main_parser() -> argparse.ArgumentParser:
         "every cycle's snapshot and plan, as the operator logs them, for `cpn explain "
         "JOB --log FILE [--at SECONDS]` and `cpn replay FILE`",
     )
+    p.add_argument(
+        "--decisions-window",
+        type=_window,
+        metavar="FROM,UNTIL",
+        help="with --decisions: only the cycles from FROM to UNTIL seconds of the trace "
+        "(a long trace's whole log runs to gigabytes)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -180,6 +190,30 @@ def _progress(enabled: bool, total: int, desc: str) -> tuple[Callable[[int], Non
     return bar.update, bar
 
 
+def _window(text: str) -> tuple[float, float]:
+    """``--decisions-window FROM,UNTIL``: two times in seconds, FROM <= UNTIL."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FROM,UNTIL in seconds") from None
+    if not low <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: FROM is after UNTIL")
+    return low, high
+
+
+def _within(write: CycleRecorder, window: tuple[float, float] | None) -> CycleRecorder:
+    """``write`` for the cycles inside ``window`` (simulated seconds), every cycle without."""
+    if window is None:
+        return write
+    low, high = window
+
+    def record(cycle: int, wall_s: float, snapshot: Snapshot, plan: CyclePlan) -> None:
+        if low <= snapshot.now_s <= high:
+            write(cycle, wall_s, snapshot, plan)
+
+    return record
+
+
 def _decision_log(path: Path) -> DecisionLog:
     """A fresh decision log at ``path``, never rotated (a run's log is read whole)."""
     path.unlink(missing_ok=True)
@@ -209,6 +243,9 @@ def _simulate(argv: Sequence[str]) -> int:
     if args.decisions is not None and len(policies) != 1:
         print("cpn simulate: --decisions records one policy's run: name one", file=sys.stderr)
         return 2
+    if args.decisions_window is not None and args.decisions is None:
+        print("cpn simulate: --decisions-window needs --decisions", file=sys.stderr)
+        return 2
     max_cycles = args.eta_max_cycles or DEFAULT_ETA_MAX_CYCLES
     if max_cycles < 1 or args.eta_every < 1:
         print("cpn simulate: --eta-max-cycles and --eta-every must be at least 1", file=sys.stderr)
@@ -216,6 +253,7 @@ def _simulate(argv: Sequence[str]) -> int:
     show = not args.json and not args.no_progress and sys.stderr.isatty() and len(trace) >= 200
     results: dict[str, SimResult] = {}
     log = _decision_log(args.decisions) if args.decisions is not None else None
+    record = None if log is None else _within(log.write, args.decisions_window)
     for name, policy in policies:
         update, bar = _progress(show, len(trace), name)
         try:
@@ -235,7 +273,7 @@ def _simulate(argv: Sequence[str]) -> int:
                 eta_arrivals_s=args.eta_arrivals_h * 3600.0 if args.eta_arrivals_h else None,
                 checkpointable=args.checkpointable,
                 unlabelled=args.unlabelled,
-                on_cycle=log.write if log is not None else None,
+                on_cycle=record,
             )
         except CpnError as exc:
             print(f"cpn simulate: {name}: {_message(exc)}", file=sys.stderr)
