@@ -103,11 +103,14 @@ def test_a_bad_window_is_refused(
     assert message in capsys.readouterr().err
 
 
-def test_several_policies_are_refused_and_nothing_is_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "runs", [["--policy", "fifo,default"], ["--policy", "fifo", "--locality", "both"]]
+)
+def test_several_runs_are_refused_and_nothing_is_written(
+    runs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "decisions.jsonl"
-    assert simulate([*BASE, "--policy", "fifo,default", "--decisions", str(log)]) == 2
+    assert simulate([*BASE, *runs, "--decisions", str(log)]) == 2
     assert "--decisions records one policy's run" in capsys.readouterr().err
     assert not log.exists()
 

@@ -241,7 +241,11 @@ def _simulate(argv: Sequence[str]) -> int:
         print(f"cpn simulate: {_message(exc)}", file=sys.stderr)
         return 2
     if args.decisions is not None and len(policies) != 1:
-        print("cpn simulate: --decisions records one policy's run: name one", file=sys.stderr)
+        print(
+            "cpn simulate: --decisions records one policy's run: name one policy "
+            "(and no --locality both, which runs it twice)",
+            file=sys.stderr,
+        )
         return 2
     if args.decisions_window is not None and args.decisions is None:
         print("cpn simulate: --decisions-window needs --decisions", file=sys.stderr)
