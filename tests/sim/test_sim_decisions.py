@@ -157,7 +157,10 @@ def test_explain_at_an_instant_tells_why_a_simulated_job_waited_then(
     ("args", "message"),
     [
         (["--at", "100"], "--at reads a decision log"),
-        (["--log", "x.jsonl", "--at", "yesterday"], "'yesterday' is neither seconds nor an ISO"),
+        (
+            ["--log", "x.jsonl", "--at", "yesterday"],
+            "neither seconds nor 'yesterday' is not a date",
+        ),
     ],
 )
 def test_bad_at_is_refused(

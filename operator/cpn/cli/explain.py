@@ -23,14 +23,15 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cpn.api import constants as k
 from cpn.api.kubeconfig import context_namespace
 from cpn.api.status import human_duration, likely
+from cpn.cli.usage import parse_when
 from cpn.core.explain import Explanation, explain
 from cpn.decisions import read_log
 
@@ -191,19 +192,16 @@ def _live(args: argparse.Namespace) -> int:
 
 
 def _instant(text: str) -> float:
-    """``--at``: seconds as given, or an ISO 8601 time as Unix seconds (UTC unless it
-    names its zone)."""
+    """``--at``: seconds as given, else a date, a time or an age, as ``cpn usage`` reads
+    them (:func:`cpn.cli.usage.parse_when`; an age counts back from now)."""
     try:
         return float(text)
     except ValueError:
         pass
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither seconds nor an ISO 8601 time (2026-12-07T14:05:00Z)"
-        ) from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        return parse_when(text, time.time())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"neither seconds nor {err}") from None
 
 
 def main(argv: Sequence[str]) -> int:
@@ -224,7 +222,8 @@ def main(argv: Sequence[str]) -> int:
         metavar="WHEN",
         help="with --log: the last cycle at or before this instant of the log's clock: "
         "seconds (Unix time for the operator's log, from the trace's start for "
-        "`cpn simulate --decisions`) or an ISO 8601 time such as 2026-12-07T14:05:00Z",
+        "`cpn simulate --decisions`), a time (2026-12-07T14:05:00Z, UTC unless it says) "
+        "or an age (2h: two hours ago)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(list(argv))
@@ -244,7 +243,7 @@ def main(argv: Sequence[str]) -> int:
         if found_key is not None:
             last, key = decision, found_key
     if last is None:
-        when = "" if args.at is None else f" at or before {args.at:g} s"
+        when = "" if args.at is None else f" at or before {args.at:.0f} s"
         print(f"cpn explain: {key} was not pending in any cycle of the log{when}", file=sys.stderr)
         return 1
     found = explain(last.snapshot, last.plan, key)

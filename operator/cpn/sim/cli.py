@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any
 
 from cpn.core.errors import CpnError
 from cpn.core.policy import QueuePolicy
-from cpn.decisions import DecisionLog
 
 if TYPE_CHECKING:
     from cpn.core.model import CyclePlan, Snapshot
+    from cpn.decisions import DecisionLog
     from cpn.sim.trace import TraceJob
     from cpn.sim.world import CycleRecorder
 from cpn.sim.estimators import ESTIMATORS
@@ -216,6 +216,8 @@ def _within(write: CycleRecorder, window: tuple[float, float] | None) -> CycleRe
 
 def _decision_log(path: Path) -> DecisionLog:
     """A fresh decision log at ``path``, never rotated (a run's log is read whole)."""
+    from cpn.decisions import DecisionLog
+
     path.unlink(missing_ok=True)
     return DecisionLog(str(path), max_bytes=0, backups=0)
 
