@@ -61,6 +61,14 @@ def test_recording_changes_no_decision_and_a_new_run_overwrites_the_log(
     assert len(list(read_log(log))) == again["cycles"] != logged["cycles"]
 
 
+def test_a_log_named_dash_is_a_file_and_json_stays_one_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    metrics = run(capsys, "--policy", "fifo", "--decisions", "-")  # run() parses stdout whole
+    assert len(list(read_log(tmp_path / "-"))) == metrics["cycles"]
+
+
 def test_a_window_keeps_exactly_the_cycles_inside_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -219,7 +219,9 @@ def _decision_log(path: Path) -> DecisionLog:
     from cpn.decisions import DecisionLog
 
     path.unlink(missing_ok=True)
-    return DecisionLog(str(path), max_bytes=0, backups=0)
+    # Always a file, even one named "-" (which DecisionLog reads as standard output, where
+    # it would mix with --json's one document).
+    return DecisionLog(str(path.absolute()), max_bytes=0, backups=0)
 
 
 def _simulate(argv: Sequence[str]) -> int:
