@@ -266,6 +266,12 @@ def test_preemption_requeues_and_resumes_only_from_a_checkpoint(
     assert recs["a"].lost_gpu_s == pytest.approx(lost_s * 4)  # 4 GPUs idle for the lost work
     requeued = next(j for s in seen if s.now_s == 150 for j in s.pending if j.key == "a")
     assert requeued.attained_gpu_s == pytest.approx(50 * 4)
+    # Attempts counted as the operator counts them (bumped at each dispatch): none for a
+    # new job, one for ``a`` while its first attempt runs and while it waits after it.
+    at_50 = next(s for s in seen if s.now_s == 50)
+    assert [j.attempts for j in at_50.pending if j.key == "b"] == [0]
+    assert [r.job.attempts for r in at_50.running if r.job.key == "a"] == [1]
+    assert requeued.attempts == 1
     # Its FIFO due time (0: nothing ahead of it at its arrival) moves by the 50 s it ran.
     assert requeued.fifo_due_s == pytest.approx(50)
     assert recs["a"].wait_s == pytest.approx(100)  # pending from 50 to 150

@@ -516,7 +516,11 @@ class World:
 
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
-        job = self._pending[key]
+        state = self._states[key]
+        # Each start is an attempt, counted as the operator counts them (its record's
+        # ``attempts`` is bumped at dispatch): the formula's ``attempts`` then reads the same
+        # for a running job and for one waiting after a preemption in both.
+        job = state.job = replace(self._pending[key], attempts=self._pending[key].attempts + 1)
         self._fleet.take(job, cluster, gpu_type, nodes)
         transfer_s = self.transfer(job, cluster, snapshot)
         if transfer_s is None:
@@ -524,7 +528,6 @@ class World:
         if job.inputs:  # with what the caches hold and this cycle's shared stagings
             transfer_s = start.transfer_s
 
-        state = self._states[key]
         record = state.record
         restart_s = self.policy.preemption.restart_cost_s if record.preemptions else 0.0
         full = self.truth.runtime_s(key, gpu_type)
