@@ -188,6 +188,7 @@ def test_failing_job_is_retried_then_failed_with_reason(hub: Hub, namespace: str
     assert apply(hub, namespace, doc).returncode == 0
     status = wait_status(hub, namespace, "broken", timeout_s=90, phase="Failed")
     assert status["attempts"] == 2
+    assert status["failedAttempts"] == 2  # kept by the hub's schema (not pruned), read back
     assert "no retries left" in status["message"]
     finished = next(c for c in status["conditions"] if c["type"] == "Finished")
     assert finished["status"] == "True" and finished["reason"] == "Failed"

@@ -132,10 +132,11 @@ def test_a_create_that_did_not_reach_the_member_does_not_count_as_an_attempt():
 def test_a_refused_create_counts_as_a_failed_attempt(attempts, phase, reason, not_before_s, count):
     """The member refuses the Job as it is: the attempt fails, retried after 30 s, 60 s...
     (doubling), Failed once none is left; nothing was created, so nothing is deleted."""
-    record = dispatched(attempts=attempts)
+    record = dispatched(attempts=attempts, failed_attempts=attempts - 1)  # all failed before
     step = lifecycle.create_failed(record, "m1", "422 Invalid", True, attempts, RETRY, 500.0)
     new = step.record
     assert (new.phase, new.reason, new.attempts) == (phase, reason, attempts)
+    assert new.failed_attempts == attempts
     assert new.not_before_s == not_before_s
     assert new.failure == "m1 refused its Job: 422 Invalid"
     assert new.member_job == ""
@@ -161,6 +162,27 @@ def test_a_failed_attempt_deletes_its_member_job_first():
         KICK,
     )
     assert step.record.not_before_s == 1030.0
+    assert step.record.failed_attempts == 1
+
+
+@pytest.mark.parametrize("preemptions", [1, 2, 5])
+def test_attempts_ended_by_preemption_do_not_use_up_its_retries(preemptions):
+    """A job cpn preempted (each preemption ended an attempt) that then fails once is
+    retried after the first back-off, not failed for attempts it did not fail."""
+    record = replace(dispatched(attempts=preemptions + 1), preemptions=preemptions)
+    step = lifecycle.attempt_failed(record, "a worker failed", RETRY, 1000.0)
+    new = step.record
+    assert (new.phase, new.reason, new.failed_attempts) == (k.PHASE_QUEUED, "Retrying", 1)
+    assert new.not_before_s == 1030.0
+    assert new.message == f"attempt {preemptions + 1} failed (a worker failed); retrying in 30s"
+
+
+def test_the_last_allowed_failure_fails_the_job_whatever_its_preemptions():
+    """Two failures before, then a third (with a preemption between): Failed."""
+    record = replace(dispatched(attempts=4), preemptions=1, failed_attempts=2)
+    new = lifecycle.attempt_failed(record, "a worker failed", RETRY, 1000.0).record
+    assert (new.phase, new.failed_attempts) == (k.PHASE_FAILED, 3)
+    assert new.message == "attempt 4 failed (a worker failed); no retries left"
 
 
 @pytest.mark.parametrize(

@@ -117,3 +117,16 @@ def test_the_work_a_preempted_job_needed_leaves_out_what_its_preemptions_threw_a
     never = running()[1]
     never.actual_s = 300.0
     assert work_s(never, RULES.restart_cost_s) == 300.0  # never preempted: all of it
+
+
+def test_failed_attempts_survive_a_restart_apart_from_attempts() -> None:
+    """status.failedAttempts is written beside status.attempts and read back on its own: a
+    new process keeps counting only the failures towards retry.max_attempts."""
+    from cpn.runtime.status import render_status
+
+    doc = body("a", "uid-1")
+    doc["status"] = {"phase": "Queued", "attempts": 4, "failedAttempts": 1, "preemptions": 2}
+    record = upsert(Store(QueuePolicy(), FixedEstimator()), doc, user="u", group="g")
+    assert (record.attempts, record.failed_attempts, record.preemptions) == (4, 1, 2)
+    written, _ = render_status(record, 0.0)
+    assert (written["attempts"], written["failedAttempts"]) == (4, 1)

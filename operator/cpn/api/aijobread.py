@@ -35,6 +35,7 @@ class Saved:
 
     phase: str = ""
     attempts: int = 0
+    failed_attempts: int = 0
     fence: str = ""
     not_before_s: float = 0.0
     fifo_due_s: float | None = None
@@ -127,6 +128,7 @@ def saved_status(status: Mapping[str, Any]) -> Saved:
     return Saved(
         phase=str(status.get("phase") or ""),
         attempts=int(status.get("attempts") or 0),
+        failed_attempts=int(status.get("failedAttempts") or 0),
         fence=str(status.get("fence") or ""),
         not_before_s=parse_time(status.get("notBefore")) or 0.0,
         fifo_due_s=parse_time(status.get("fifoDue")),

@@ -231,14 +231,18 @@ def attempt_failed(
     record: Record, why: str, retry: Retry, now_s: float, reason: str = "Retrying"
 ) -> Step:
     """Its attempt failed: its member Job deleted; retried after an exponential back-off,
-    or Failed when no attempt is left."""
+    or Failed once ``retry.max_attempts`` attempts have failed. Only failures count:
+    attempts ended by a preemption, a suspension or a lost member do not (as Kubernetes'
+    pod failure policy can ignore disruptions), so a job cpn preempted keeps its retries."""
     effects: list[Effect] = []
     if record.member_job:
         effects.append(DeleteJob(record.cluster, record.member_job))
-    if record.attempts >= retry.max_attempts:
+    failures = record.failed_attempts + 1
+    if failures >= retry.max_attempts:
         message = f"attempt {record.attempts} failed ({why}); no retries left"
         new = replace(
             record,
+            failed_attempts=failures,
             failure=why,
             phase=k.PHASE_FAILED,
             finish_s=now_s,
@@ -247,10 +251,11 @@ def attempt_failed(
         )
         effects += [Count("ended"), Event("Failed", message, True)]
     else:
-        delay = retry.backoff_s * (2 ** max(record.attempts - 1, 0))
+        delay = retry.backoff_s * (2 ** (failures - 1))
         message = f"attempt {record.attempts} failed ({why}); retrying in {delay:.0f}s"
         new = unplaced(
             record,
+            failed_attempts=failures,
             failure=why,
             phase=k.PHASE_QUEUED,
             not_before_s=now_s + delay,

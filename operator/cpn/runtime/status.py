@@ -67,6 +67,7 @@ def render_status(
         "predicted": human_duration(best) if best else "",
         "predictedRuntimeSeconds": {t: round(v, 1) for t, v in sorted(predicted.items())},
         "attempts": record.attempts,
+        "failedAttempts": record.failed_attempts or None,
         "fence": record.fence or None,
         "cluster": record.cluster or None,
         "gpuType": record.gpu_type or None,

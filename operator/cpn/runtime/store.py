@@ -80,7 +80,10 @@ class Record:
     invalid: str = ""
     unknown_queue: str = ""  # why its spec.queue is not one of the policy's ("" when it is)
     phase: str = k.PHASE_QUEUED
-    attempts: int = 0
+    attempts: int = 0  # member Jobs created (status.attempts)
+    # of them, those that failed (status.failedAttempts): what retry.max_attempts and the
+    # back-off count; a preemption, a suspension or a lost member ends an attempt, not this
+    failed_attempts: int = 0
     fence: str = ""  # the current attempt's fencing token (cpn.core.fence)
     not_before_s: float = 0.0
     fifo_due_s: float | None = None  # its FIFO due time, stamped once (status.fifoDue)
@@ -512,6 +515,7 @@ def _restored(aijob: AIJobObject) -> Record:
         group="",
         phase=saved.phase or k.PHASE_QUEUED,
         attempts=saved.attempts,
+        failed_attempts=saved.failed_attempts,
         fence=saved.fence,
         not_before_s=saved.not_before_s,
         fifo_due_s=saved.fifo_due_s,
