@@ -8,6 +8,7 @@ import pytest
 
 from cpn.api import constants as k
 from cpn.core.policy import Preemption, QueuePolicy
+from cpn.runtime.status import render_status
 from cpn.runtime.store import Record, Store, preempted, preemption_status
 from tests.runtime.fakes import upsert
 from tests.runtime.test_store import FixedEstimator, body
@@ -122,8 +123,6 @@ def test_the_work_a_preempted_job_needed_leaves_out_what_its_preemptions_threw_a
 def test_failed_attempts_survive_a_restart_apart_from_attempts() -> None:
     """status.failedAttempts is written beside status.attempts and read back on its own: a
     new process keeps counting only the failures towards retry.max_attempts."""
-    from cpn.runtime.status import render_status
-
     doc = body("a", "uid-1")
     doc["status"] = {"phase": "Queued", "attempts": 4, "failedAttempts": 1, "preemptions": 2}
     record = upsert(Store(QueuePolicy(), FixedEstimator()), doc, user="u", group="g")

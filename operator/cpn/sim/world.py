@@ -517,10 +517,10 @@ class World:
     def _start(self, start: Start, snapshot: Snapshot) -> None:
         key, cluster, gpu_type, nodes = start.job_key, start.cluster, start.gpu_type, start.nodes
         state = self._states[key]
-        # Each start is an attempt, counted as the operator counts them (its record's
-        # ``attempts`` is bumped at dispatch): the formula's ``attempts`` then reads the same
-        # for a running job and for one waiting after a preemption in both.
-        job = state.job = replace(self._pending[key], attempts=self._pending[key].attempts + 1)
+        # Each start is an attempt, as the operator counts them (bumped at dispatch), so the
+        # formula's ``attempts`` reads the same in both.
+        waiting = self._pending[key]
+        job = state.job = replace(waiting, attempts=waiting.attempts + 1)
         self._fleet.take(job, cluster, gpu_type, nodes)
         transfer_s = self.transfer(job, cluster, snapshot)
         if transfer_s is None:
